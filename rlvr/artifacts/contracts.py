@@ -1,0 +1,98 @@
+"""Data contracts: a Great Expectations suite per artifact, checked on write and on read.
+
+The pyarrow schema fixes column names and types; the contract fixes what types cannot say
+(ids unique and non-empty, enums in their set, counts non-negative). A suite is declared
+once, next to the artifact's schema, with `register(name, [...])`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import pyarrow as pa
+
+from rlvr.errors import ArtifactError
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One expectation: GE expectation class name (e.g. "ExpectColumnValuesToBeUnique") + kwargs."""
+
+    kind: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+_SUITES: dict[str, tuple[Expect, ...]] = {}
+
+
+def register(name: str, expectations: list[Expect]) -> None:
+    _SUITES[name] = tuple(expectations)
+
+
+def not_null(*columns: str) -> list[Expect]:
+    return [Expect("ExpectColumnValuesToNotBeNull", {"column": c}) for c in columns]
+
+
+def unique(column: str) -> Expect:
+    return Expect("ExpectColumnValuesToBeUnique", {"column": column})
+
+
+def in_set(column: str, values) -> Expect:
+    return Expect("ExpectColumnValuesToBeInSet", {"column": column, "value_set": list(values)})
+
+
+def between(column: str, low=None, high=None) -> Expect:
+    return Expect("ExpectColumnValuesToBeBetween",
+                  {"column": column, "min_value": low, "max_value": high})
+
+
+def nonempty_string(column: str) -> Expect:
+    return Expect("ExpectColumnValueLengthsToBeBetween", {"column": column, "min_value": 1})
+
+
+@lru_cache(maxsize=None)
+def _context():
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return ctx, ctx.data_sources.add_pandas("rlvr")
+
+
+@lru_cache(maxsize=None)
+def _suite_and_batch(name: str):
+    import great_expectations as gx
+
+    ctx, source = _context()
+    suite = gx.ExpectationSuite(name=name)
+    for exp in _SUITES[name]:
+        suite.add_expectation(getattr(gx.expectations, exp.kind)(**exp.kwargs))
+    suite = ctx.suites.add(suite)
+    batch_def = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
+    return suite, batch_def
+
+
+def check(name: str, table: pa.Table, where: str) -> None:
+    """Validate `table` against suite `name`; ArtifactError names the file and each failed rule."""
+    if name not in _SUITES:
+        raise KeyError(f"no data contract registered for artifact '{name}'")
+    if table.num_rows == 0:
+        return
+    columns = sorted({e.kwargs["column"] for e in _SUITES[name] if "column" in e.kwargs})
+    frame = table.select(columns).to_pandas()
+    suite, batch_def = _suite_and_batch(name)
+    result = batch_def.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+    if result.success:
+        return
+    problems = []
+    for res in result.results:
+        if not res.success:
+            cfg = res.expectation_config
+            sample = (res.result or {}).get("partial_unexpected_list", [])[:3]
+            problems.append(f"{cfg.type}({cfg.kwargs.get('column')}) unexpected={sample}")
+    raise ArtifactError(f"{where}: breaks the '{name}' data contract: " + "; ".join(problems))

@@ -1,0 +1,101 @@
+"""Parquet artifacts: explicit schema, data contract on write and on read, atomic writes.
+
+A stage that dies half-way must leave the previous artifact intact, so every write goes to a
+temporary file in the same directory and is renamed into place only once complete and valid.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlvr.errors import ArtifactError
+
+
+@contextmanager
+def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
+    """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: Path | str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: Path | str, obj) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_table(path: Path | str, rows: Iterable[dict] | pa.Table, schema: pa.Schema,
+                contract: str | None = None) -> pa.Table:
+    """Write rows as Parquet with exactly `schema`; check the data contract before the rename."""
+    if isinstance(rows, pa.Table):
+        table = rows.select(schema.names).cast(schema)
+    else:
+        try:
+            table = pa.Table.from_pylist(list(rows), schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
+            raise ArtifactError(f"{path}: rows do not fit the schema: {exc}") from None
+    if contract:
+        from rlvr.artifacts.contracts import check
+
+        check(contract, table, where=str(path))
+    with atomic_path(path, suffix=".parquet") as tmp:
+        # No timestamps or writer noise in the file: same rows -> byte-identical artifact.
+        pq.write_table(table, tmp, compression="zstd", write_statistics=False,
+                       store_schema=True)
+    return table
+
+
+def read_table(path: Path | str, schema: pa.Schema, contract: str | None = None) -> pa.Table:
+    """Read a Parquet artifact, insisting on `schema`'s columns and types."""
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"{path}: artifact not found")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ArtifactError(f"{path}: not a readable Parquet file: {exc}") from None
+    missing = [n for n in schema.names if n not in table.schema.names]
+    if missing:
+        raise ArtifactError(f"{path}: missing column(s) {missing}")
+    table = table.select(schema.names)
+    try:
+        table = table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+        raise ArtifactError(f"{path}: columns do not match the schema: {exc}") from None
+    if contract:
+        from rlvr.artifacts.contracts import check
+
+        check(contract, table, where=str(path))
+    return table
+
+
+def file_sha256(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,104 @@
+"""The sandbox protocol: run an untrusted command, or hold an untrusted server, in isolation.
+
+Two callers share it: the policy workspace (the agent's `run_tests` tool) and the
+verification enclave (a pre-imported pytest fork-server). Both backends — `bwrap` and
+`docker` — give the same guarantees: no network, a read-only view of the interpreter and
+libraries, only the mounts asked for, rlimits, a wall-clock timeout that kills the whole
+process tree, and capped output. Nothing else of the host file system is visible, so data/
+(which holds every task's hidden tests) never is.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol, Sequence, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed process tree (params: `sandbox.limits`)."""
+
+    wall_seconds: float = 30.0
+    cpu_seconds: int = 30
+    memory_bytes: int = 1 << 30
+    max_processes: int = 64
+    max_file_bytes: int = 16 << 20
+    output_bytes: int = 64 << 10
+
+    def replace(self, **changes) -> "Limits":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path made visible inside the sandbox at `target` (read-only unless `writable`)."""
+
+    source: Path
+    target: str
+    writable: bool = False
+
+
+@dataclass
+class RunResult:
+    """What came back from one sandboxed command. `stdout`/`stderr` are capped at
+    `Limits.output_bytes`; `*_truncated` says whether the cap cut them."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    signal: int | None = None
+    wall_seconds: float = 0.0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    resources: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@runtime_checkable
+class ServerHandle(Protocol):
+    """A long-lived sandboxed process spoken to over its stdin/stdout (line-delimited JSON).
+
+    The enclave keeps one per worker: starting a sandbox and importing pytest is paid once,
+    each verdict is a fork inside it.
+    """
+
+    stdin: IO[bytes]
+    stdout: IO[bytes]
+
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """`python` is the interpreter path *inside* the sandbox (it has pytest importable)."""
+
+    name: str
+    python: str
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        mounts: Sequence[Mount] = (),
+        cwd: str = "/work",
+        env: dict[str, str] | None = None,
+        limits: Limits = Limits(),
+        stdin: bytes | None = None,
+    ) -> RunResult: ...
+
+    def serve(
+        self,
+        argv: Sequence[str],
+        *,
+        mounts: Sequence[Mount] = (),
+        cwd: str = "/work",
+        env: dict[str, str] | None = None,
+        limits: Limits = Limits(),
+    ) -> ServerHandle: ...

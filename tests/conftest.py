@@ -1,0 +1,36 @@
+"""Shared fixtures. `sandbox_backend` runs a test against every sandbox backend.
+
+The docker backend needs a daemon; `make test` (and so CI) starts one on a private socket and
+sets RLVR_REQUIRE_DOCKER=1, which turns "no daemon" from a skip into a failure so CI can never
+pass without really exercising docker.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rlvr.errors import SandboxUnavailable
+
+
+def _sandbox_or_skip(name: str):
+    from rlvr.sandbox import get_sandbox
+
+    try:
+        return get_sandbox(name)
+    except SandboxUnavailable as exc:
+        if name == "docker" and os.environ.get("RLVR_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"docker backend required but unavailable: {exc}")
+        pytest.skip(f"{name} sandbox unavailable here: {exc} (make test starts dockerd)")
+
+
+@pytest.fixture(scope="session", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def sandbox_backend(request) -> str:
+    """Name of a backend that is really runnable (or a skip / failure saying why not)."""
+    _sandbox_or_skip(request.param)
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def bwrap_sandbox():
+    return _sandbox_or_skip("bwrap")
