@@ -1,0 +1,174 @@
+"""The `rlvr` command. Users and tooling rely on these exact forms:
+
+    rlvr tasks list --tasks FILE
+    rlvr tasks show ID --tasks FILE
+    rlvr tasks materialize ID --tasks FILE --out DIR
+    rlvr tasks import-swebench FILE --repos DIR --out FILE
+    rlvr tasks export-swebench --tasks FILE --out FILE
+    rlvr curate --source DIR --out FILE
+    rlvr verify --tasks FILE --task-id ID --patch FILE [--backend bwrap|docker]
+
+Bad input exits non-zero with one line naming the file / field / id.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from rlvr.errors import PatchFormatError, RlvrError, exit_on_error
+
+
+def _load_params(path: Path):
+    """curate/sandbox/verify params from `path` when it exists, else the defaults."""
+    from rlvr.sandbox.params import SandboxParams
+    from rlvr.tasks.curation import CurationParams
+    from stages.verify import VerifyParams
+
+    if not path.exists():
+        return CurationParams(), SandboxParams(), VerifyParams()
+    from rlvr.config import load_section
+    from stages.curate import load_params
+
+    cur, sandbox = load_params(path)
+    return cur, sandbox, load_section(VerifyParams, "verify", path)
+
+
+def cmd_tasks_list(args) -> None:
+    from rlvr.tasks.pool import load_tasks
+
+    for t in load_tasks(args.tasks):
+        print(f"{t.task_id}\t{t.family}\t{t.split}\t{t.source}\t"
+              f"f2p={len(t.fail_to_pass)}\tp2p={len(t.pass_to_pass)}")
+
+
+def cmd_tasks_show(args) -> None:
+    from rlvr.tasks.pool import get_task, load_tasks
+
+    t = get_task(load_tasks(args.tasks), args.id, args.tasks)
+    print(json.dumps({
+        "task_id": t.task_id, "family": t.family, "split": t.split, "source": t.source,
+        "instruction": t.instruction, "repo_files": sorted(t.repo_files),
+        "public_tests": list(t.public_tests), "hidden_test_files": sorted(t.hidden_tests),
+        "fail_to_pass": list(t.fail_to_pass), "pass_to_pass": list(t.pass_to_pass),
+        "quarantined": [{"test_id": q, "reason": r} for q, r in t.quarantined],
+        "provenance": t.provenance, "checks": t.checks, **t.hashes(),
+    }, indent=2))
+
+
+def cmd_tasks_materialize(args) -> None:
+    from rlvr.tasks.materialize import materialize
+    from rlvr.tasks.pool import get_task, load_tasks
+
+    task = get_task(load_tasks(args.tasks), args.id, args.tasks)
+    print(materialize(task, args.out))
+
+
+def cmd_import_swebench(args) -> None:
+    from rlvr.tasks.pool import save_tasks
+    from rlvr.tasks.swebench import import_swebench
+
+    tasks = import_swebench(args.file, args.repos)
+    save_tasks(args.out, tasks)
+    print(f"imported {len(tasks)} task(s) -> {args.out}")
+
+
+def cmd_export_swebench(args) -> None:
+    from rlvr.artifacts.io import write_text
+    from rlvr.tasks.pool import load_tasks
+    from rlvr.tasks.swebench import export_swebench
+
+    rows = export_swebench(load_tasks(args.tasks))
+    write_text(args.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    print(f"exported {len(rows)} instance(s) -> {args.out}")
+
+
+def cmd_curate(args) -> None:
+    from stages.curate import rejections_path, run_curation, write_outputs
+
+    params, sandbox, _ = _load_params(args.params)
+    if args.backend:
+        sandbox = dataclasses.replace(sandbox, backend=args.backend)
+    result = run_curation(args.source, params, sandbox)
+    write_outputs(result, args.out)
+    stats = result.stats()
+    print(json.dumps({**stats, "tasks": str(args.out),
+                      "rejections": str(rejections_path(args.out))}, indent=2))
+
+
+def cmd_verify(args) -> None:
+    from rlvr.enclave import Enclave
+    from rlvr.tasks.patches import require_diff
+    from rlvr.tasks.pool import get_task, load_tasks
+
+    _, sandbox, vparams = _load_params(args.params)
+    task = get_task(load_tasks(args.tasks), args.task_id, args.tasks)
+    try:
+        patch = args.patch.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RlvrError(f"{args.patch}: cannot read patch: {exc}") from None
+    require_diff(patch, str(args.patch))
+    backend = args.backend or sandbox.backend
+    with Enclave(backend=backend, limits=sandbox.limits.to_limits(), workers=1,
+                 consensus_runs=vparams.consensus_runs) as enclave:
+        verdict = enclave.verify(task, patch, seed=args.seed if args.seed is not None
+                                 else vparams.seed)
+    print(json.dumps(verdict.public(), sort_keys=True))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlvr", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    tasks = sub.add_parser("tasks", help="inspect and convert task pools")
+    tsub = tasks.add_subparsers(dest="tasks_command", required=True)
+    t = tsub.add_parser("list", help="one line per task")
+    t.add_argument("--tasks", type=Path, required=True)
+    t.set_defaults(func=cmd_tasks_list)
+    t = tsub.add_parser("show", help="one task's metadata as JSON")
+    t.add_argument("id")
+    t.add_argument("--tasks", type=Path, required=True)
+    t.set_defaults(func=cmd_tasks_show)
+    t = tsub.add_parser("materialize", help="the agent's view of a task, as a git repo")
+    t.add_argument("id")
+    t.add_argument("--tasks", type=Path, required=True)
+    t.add_argument("--out", type=Path, required=True)
+    t.set_defaults(func=cmd_tasks_materialize)
+    t = tsub.add_parser("import-swebench", help="SWE-bench instances -> task Parquet")
+    t.add_argument("file", type=Path)
+    t.add_argument("--repos", type=Path, required=True)
+    t.add_argument("--out", type=Path, required=True)
+    t.set_defaults(func=cmd_import_swebench)
+    t = tsub.add_parser("export-swebench", help="task Parquet -> SWE-bench instances (JSONL)")
+    t.add_argument("--tasks", type=Path, required=True)
+    t.add_argument("--out", type=Path, required=True)
+    t.set_defaults(func=cmd_export_swebench)
+
+    c = sub.add_parser("curate", help="hand-authored task directories -> curated Parquet")
+    c.add_argument("--source", type=Path, required=True)
+    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--params", type=Path, default=Path("params.yaml"))
+    c.add_argument("--backend", choices=["bwrap", "docker"])
+    c.set_defaults(func=cmd_curate)
+
+    v = sub.add_parser("verify", help="one patch through the enclave -> one JSON verdict")
+    v.add_argument("--tasks", type=Path, required=True)
+    v.add_argument("--task-id", required=True)
+    v.add_argument("--patch", type=Path, required=True)
+    v.add_argument("--backend", choices=["bwrap", "docker"])
+    v.add_argument("--seed", type=int)
+    v.add_argument("--params", type=Path, default=Path("params.yaml"))
+    v.set_defaults(func=cmd_verify)
+    return p
+
+
+@exit_on_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

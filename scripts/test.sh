@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command. As root (CI, fresh machines) it also installs Debian's docker.io, starts
+# dockerd on a private socket and data root so the docker sandbox backend really runs, and
+# stops that daemon afterwards. RLVR_REQUIRE_DOCKER=1 then turns "no daemon" into a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH" RLVR_PROGRESS=0
+started=0
+cleanup() { if [ "$started" = 1 ]; then scripts/dockerd.sh stop || true; fi; }
+trap cleanup EXIT
+if [ "$(id -u)" = 0 ] && [ "${RLVR_SKIP_DOCKER:-0}" != 1 ]; then
+  if ! command -v dockerd >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+  fi
+  eval "$(scripts/dockerd.sh start)"
+  started=1
+  export RLVR_REQUIRE_DOCKER=1
+fi
+python -m pytest -q -m "not slow and not vllm" "$@"

@@ -1,0 +1,138 @@
+"""Each distinguishability rule of SPEC §1, shown by a task that violates it."""
+from __future__ import annotations
+
+import pytest
+
+from rlvr.tasks.authored import load_task_dir
+from rlvr.tasks.curation import CurationParams, Rejection, curate, curate_one
+from rlvr.tasks.splits import SplitParams
+from taskkit import BUGGY_CORE, HIDDEN_TEST, write_task
+
+PARAMS = CurationParams(reference_runs=3, max_mutants=4)
+
+
+@pytest.fixture(scope="module")
+def enclave():
+    from rlvr.enclave import Enclave
+
+    with Enclave(backend="bwrap", workers=1) as e:
+        yield e
+
+
+def _curate(path, enclave, params=PARAMS):
+    return curate_one(load_task_dir(path), enclave, params)
+
+
+def _rejected(result, reason: str) -> Rejection:
+    assert isinstance(result, Rejection), f"expected rejection {reason}, got accepted task"
+    assert result.reason == reason, result.detail
+    return result
+
+
+def test_good_task_is_accepted_with_computed_test_sets(tmp_path, enclave):
+    task = _curate(write_task(tmp_path), enclave)
+    assert not isinstance(task, Rejection), task.detail
+    assert task.fail_to_pass == ("test_hidden.py::test_clamp_above",)
+    assert set(task.pass_to_pass) == {"test_hidden.py::test_clamp_inside",
+                                      "test_hidden.py::test_clamp_below",
+                                      "test_hidden.py::test_double"}
+    assert task.checks["mutants"] > 0 and task.checks["mutants_killed"] > 0
+    assert task.split == "train"
+
+
+def test_rule1_buggy_state_that_passes_is_rejected(tmp_path, enclave):
+    same = BUGGY_CORE.replace('"""Limit x to [low, high]."""', '"""Limit x to the range."""')
+    _rejected(_curate(write_task(tmp_path, fixed=same), enclave), "pristine_passes")
+
+
+def test_rule2_reference_that_fails_is_rejected(tmp_path, enclave):
+    still_wrong = BUGGY_CORE.replace("    if x > high:\n        return low",
+                                     "    if x > high:\n        return high + 1")
+    _rejected(_curate(write_task(tmp_path, fixed=still_wrong), enclave), "reference_fails")
+
+
+def test_rule3_constant_stub_accepted_by_weak_suite_is_rejected(tmp_path, enclave):
+    weak = ("from mini.core import clamp, double\n\n"
+            "def test_above_is_not_low():\n    assert clamp(50, 0, 10) != 0\n\n"
+            "def test_double():\n    assert double(4) == 8\n")
+    rej = _rejected(_curate(write_task(tmp_path, hidden={"test_hidden.py": weak}), enclave),
+                    "wrong_solution_passes")
+    assert rej.detail.startswith("stub:")
+
+
+def test_rule3_suite_blind_to_other_mutants_is_rejected(tmp_path, enclave):
+    # Only the bug's own branch is tested: mutants elsewhere in clamp survive.
+    blind = ("from mini.core import clamp, double\n\n"
+             "def test_above():\n    assert clamp(50, 0, 10) == 10\n\n"
+             "def test_double():\n    assert double(4) == 8\n")
+    rej = _rejected(_curate(write_task(tmp_path, hidden={"test_hidden.py": blind}), enclave,
+                            CurationParams(reference_runs=2, max_mutants=8,
+                                           min_mutant_kill_rate=0.9)),
+                    "wrong_solution_passes")
+    assert "other mutants" in rej.detail
+
+
+def test_rule3_test_editing_patch_is_refused_by_the_verifier(tmp_path, enclave):
+    from rlvr.tasks.patches import make_patch
+
+    task = _curate(write_task(tmp_path), enclave)
+    gutted = {**task.repo_files, "tests/test_public.py": "def test_x():\n    assert True\n"}
+    verdict = enclave.verify(task, make_patch(task.repo_files, gutted), seed=0)
+    assert (verdict.success, verdict.reason) == (False, "patch_rejected")
+
+
+FLAKY = HIDDEN_TEST + (
+    "\n\nimport random\n\n\ndef test_sometimes():\n    assert random.random() < 0.8\n")
+
+
+def test_rule4_test_flaky_on_reference_is_quarantined(tmp_path, enclave):
+    # 20 seeded, shuffled runs: a test failing ~20% of the time varies with prob 1-0.8^20.
+    task = _curate(write_task(tmp_path, hidden={"test_hidden.py": FLAKY}), enclave,
+                   CurationParams(reference_runs=20, max_mutants=2))
+    assert not isinstance(task, Rejection), task.detail
+    (test_id, reason), = task.quarantined
+    assert test_id == "test_hidden.py::test_sometimes"
+    assert "flaky on reference" in reason
+    assert test_id not in task.graded_tests
+
+
+def test_rule4_only_flaky_tests_separate_buggy_from_fixed(tmp_path, enclave):
+    flaky_f2p = ("import random\nfrom mini.core import clamp, double\n\n"
+                 "def test_above():\n"
+                 "    assert clamp(50, 0, 10) == 10 and random.random() < 0.8\n\n"
+                 "def test_double():\n    assert double(4) == 8\n")
+    _rejected(_curate(write_task(tmp_path, hidden={"test_hidden.py": flaky_f2p}), enclave,
+                      CurationParams(reference_runs=20, max_mutants=0)),
+              "nondeterministic_reference")
+
+
+def test_rule5_no_pass_to_pass_is_rejected(tmp_path, enclave):
+    only_f2p = ("from mini.core import clamp\n\n"
+                "def test_above():\n    assert clamp(50, 0, 10) == 10\n")
+    _rejected(_curate(write_task(tmp_path, hidden={"test_hidden.py": only_f2p}), enclave),
+              "no_pass_to_pass")
+
+
+def test_rule6_instruction_that_leaks_the_fix_is_rejected(tmp_path, enclave):
+    leaky = "clamp is wrong above the range; the second branch should say `return high`."
+    rej = _rejected(_curate(write_task(tmp_path, instruction=leaky), enclave),
+                    "instruction_leaks")
+    assert "return high" in rej.detail
+
+
+def test_duplicates_are_logged_not_dropped(tmp_path, enclave):
+    a = load_task_dir(write_task(tmp_path, "a"))
+    b = load_task_dir(write_task(tmp_path, "b"))
+    result = curate([a, b], enclave, PARAMS)
+    assert [t.task_id for t in result.accepted] == ["a"]
+    (rej,) = result.rejections
+    assert (rej.task_id, rej.reason) == ("b", "duplicate")
+    assert "as a" in rej.detail
+
+
+def test_split_is_assigned_by_family(tmp_path, enclave):
+    params = CurationParams(reference_runs=2, max_mutants=0,
+                            split=SplitParams(heldout_families=["mini"]))
+    task = _curate(write_task(tmp_path), enclave, params)
+    assert task.split == "heldout"
+
