@@ -7,6 +7,7 @@ fail, or the stage fails: a verifier that cannot tell them apart must stop the p
 from __future__ import annotations
 
 import json
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ class SelfCheckFailed(RlvrError):
 
 def verdict_rows(tasks_path: Path, patches_path: Path, params: VerifyParams,
                  sandbox: SandboxParams) -> list[dict]:
-    from rlvr.enclave import Enclave
+    from rlvr.enclave import Enclave, derive_seed
 
     tasks = load_tasks(tasks_path)
     by_id = {t.task_id: t for t in tasks}
@@ -41,11 +42,15 @@ def verdict_rows(tasks_path: Path, patches_path: Path, params: VerifyParams,
     for row in patches:
         if row["task_id"] not in by_id:
             get_task(tasks, row["task_id"], f"{patches_path} (candidate {row['candidate_id']})")
-    items = [(by_id[r["task_id"]], r["patch"]) for r in patches]
+    # A candidate's seed depends on its id, not its position: verdicts don't change when
+    # the patches file is reordered or extended.
+    items = [(by_id[r["task_id"]], r["patch"],
+              derive_seed(params.seed, zlib.crc32(r["candidate_id"].encode())))
+             for r in patches]
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=params.consensus_runs) as enclave, \
             progress(len(items), "verify") as bar:
-        verdicts = enclave.verify_many(items, seed=params.seed, progress=bar.update)
+        verdicts = enclave.verify_many(items, progress=bar.update)
     rows = []
     for row, verdict in zip(patches, verdicts):
         rows.append({

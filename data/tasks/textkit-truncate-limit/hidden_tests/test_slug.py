@@ -62,13 +62,13 @@ def test_is_slug_accepts_valid():
 
 
 def test_is_slug_rejects_invalid():
-    assert not is_slug("")
-    assert not is_slug("-start")
-    assert not is_slug("end-")
-    assert not is_slug("double--dash")
-    assert not is_slug("Upper-case")
-    assert not is_slug("has space")
-    assert not is_slug("under_score")
+    assert is_slug("") is False
+    assert is_slug("-start") is False
+    assert is_slug("end-") is False
+    assert is_slug("double--dash") is False
+    assert is_slug("Upper-case") is False
+    assert is_slug("has space") is False
+    assert is_slug("under_score") is False
 
 
 def test_unique_slug_without_collision():
@@ -80,3 +80,5 @@ def test_unique_slug_with_collisions():
     assert unique_slug("My Post", {"my-post"}) == "my-post-2"
     assert unique_slug("My Post", {"my-post", "my-post-2", "my-post-3"}) == "my-post-4"
     assert unique_slug("My Post", {"my-post", "my-post-3"}) == "my-post-2"
+    assert unique_slug("My Post", {"my-post", "my-post-2"}) == "my-post-3"
+    assert unique_slug("a b", {"a_b"}, separator="_") == "a_b_2"
