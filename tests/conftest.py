@@ -34,3 +34,17 @@ def sandbox_backend(request) -> str:
 @pytest.fixture(scope="session")
 def bwrap_sandbox():
     return _sandbox_or_skip("bwrap")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_tracking(tmp_path_factory):
+    """Stages run by tests log to a throwaway MLflow store, never the repo's mlflow.db."""
+    store = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}"
+    os.environ.setdefault("RLVR_PROGRESS", "0")
+    yield
+    if old is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = old
