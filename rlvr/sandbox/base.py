@@ -101,4 +101,10 @@ class Sandbox(Protocol):
         cwd: str = "/work",
         env: dict[str, str] | None = None,
         limits: Limits = Limits(),
-    ) -> ServerHandle: ...
+    ) -> ServerHandle:
+        """Optional keyword a backend may accept: ``supervisor: bool = False`` — run the
+        server as root inside the sandbox with only CAP_SETUID/CAP_SETGID (and, in
+        ``RLVR_SANDBOX_UIDS=base:count``, a range of unprivileged uids it may hand out), so
+        that a fork-server can drop every verdict child to its own uid. The enclave passes
+        it only to backends whose `serve` accepts it and works (more weakly) without."""
+        ...

@@ -1,0 +1,478 @@
+"""bubblewrap backend: Linux namespaces, no daemon, ~7 ms start.
+
+What a sandboxed process sees and may do:
+
+* a new network namespace with only a down loopback (``connect`` → ENETUNREACH), new pid,
+  ipc, uts (and cgroup, when the kernel allows) namespaces, its own session
+  (``--new-session``: no TIOCSTI into our terminal) and ``--die-with-parent``;
+* ``--clearenv`` plus an explicit environment (no PYTHONPATH / PATH from the caller);
+* read-only binds of only what an interpreter needs: ``/usr`` (and the /bin, /lib, ...
+  symlinks or directories), a few files of /etc, the Python installation
+  (``sys.base_prefix``) and the venv (``sys.prefix``, remounted at ``/opt/rlvr/venv`` so it
+  can never collide with a workspace mount). Neither ``/`` nor the repository root is
+  bound, so ``data/`` (every task's hidden tests) is never visible;
+* a fresh ``/tmp`` tmpfs, a minimal ``/dev`` and a ``/proc`` of its own pid namespace;
+* the caller's `Mount`s, in order (a later mount lies over an earlier one: mount a workspace
+  writable, then its public tests read-only on top).
+
+Identity and limits. Running as root (this machine, CI containers) has a trap: the kernel
+exempts uid 0 from RLIMIT_NPROC even inside a user namespace (``--unshare-user --uid 1000``
+still maps to host uid 0, measured here: 20 forks pass a limit of 5). So when we are root,
+bwrap keeps only CAP_SETUID/CAP_SETGID and ``setpriv`` drops the command to a fresh,
+random, unprivileged *host* uid per call before exec: NPROC then counts only that sandbox's
+processes (measured: the 5th fork fails with EAGAIN), the process has no capabilities,
+cannot signal or ptrace anything outside, and ``no_new_privs`` is set by bwrap. Writable
+mounts are chowned to that uid so it can write them. Without root, bwrap makes a user
+namespace itself and the limits are applied inside it (where the kernel counts NPROC per
+namespace). rlimits (CPU, AS, NPROC, FSIZE, CORE=0) are set by ``prlimit`` right before the
+command is exec'd, inside the sandbox, so nothing runs in a forked child of this
+(multi-threaded) process (no ``preexec_fn``).
+
+A wall-clock timeout kills bwrap's process group; ``--die-with-parent`` (bwrap's PID-1
+reaper inside the namespace dies with it) and the pid namespace then take the whole tree
+down. That reaper also swallows the tree's resource usage (``wait4`` on bwrap reports 1 ms
+for 0.5 s of CPU), so `RunResult.resources` holds output sizes only; the enclave measures
+its verdict children itself. (``--as-pid-1`` would fix the accounting but, combined with the
+uid switch and ``--new-session``, the parent-death signal no longer reaches the command:
+measured, the tree survived bwrap.) stdout / stderr are drained concurrently and kept
+up to `Limits.output_bytes` each (the rest is read and dropped, so a chatty process can
+neither block on a full pipe nor fill our memory).
+
+`serve(..., supervisor=True)` is for the verification enclave's fork-server only: the server
+stays uid 0 inside the sandbox with exactly CAP_SETUID/CAP_SETGID so it can drop each forked
+verdict child to its own unprivileged uid (see rlvr/enclave/_inside/server.py); the uid range
+it may use is passed in ``RLVR_SANDBOX_UIDS``.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Sequence
+
+from rlvr.errors import SandboxUnavailable
+from rlvr.sandbox.base import Limits, Mount, RunResult
+
+VENV_TARGET = "/opt/rlvr/venv"
+DEFAULT_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+# /etc entries an interpreter (and git) may want; everything else of /etc stays invisible.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf")
+# Host uids handed to sandboxed processes when we are root: far above any real account.
+UID_LOW, UID_HIGH = 1 << 20, 1 << 30
+UIDS_PER_SUPERVISOR = 1 << 12
+
+_PROBED: dict[str, str | None] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+def _unlimited(value: int | float | None) -> bool:
+    return value is None or value <= 0
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Give a writable mount to the sandbox uid (we are root; ownership is all it needs)."""
+    os.lchown(path, uid, gid)
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), uid, gid)
+
+
+class BwrapServer:
+    """A long-lived sandboxed process (Popen-backed `ServerHandle`).
+
+    stdin/stdout are buffered binary pipes (write a line, then flush). stderr is drained by
+    a thread into a bounded tail, for diagnostics only.
+    """
+
+    def __init__(self, proc: subprocess.Popen, tail_bytes: int = 64 << 10):
+        self.proc = proc
+        self.stdin: IO[bytes] = proc.stdin  # type: ignore[assignment]
+        self.stdout: IO[bytes] = proc.stdout  # type: ignore[assignment]
+        self.pid = proc.pid
+        self._tail = bytearray()
+        self._tail_bytes = tail_bytes
+        self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._drain.start()
+
+    def _drain_stderr(self) -> None:
+        stream = self.proc.stderr
+        assert stream is not None
+        while True:
+            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+            if not chunk:
+                return
+            self._tail += chunk
+            if len(self._tail) > self._tail_bytes:
+                del self._tail[: len(self._tail) - self._tail_bytes]
+
+    def stderr_tail(self) -> str:
+        return bytes(self._tail).decode("utf-8", "replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        """EOF on stdin asks the server to exit; after a grace period the group is killed."""
+        for stream in (self.stdin,):
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.proc.wait()
+        for stream in (self.stdout, self.proc.stderr):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except (OSError, ValueError):
+                pass
+
+
+class BwrapSandbox:
+    """`Sandbox` on bubblewrap. See the module docstring for exactly what is isolated."""
+
+    name = "bwrap"
+
+    def __init__(self, bwrap: str | None = None):
+        self._bwrap = bwrap or shutil.which("bwrap") or ""
+        if not self._bwrap:
+            raise SandboxUnavailable("bwrap: executable not found on PATH (apt-get install bubblewrap)")
+        self._root = os.geteuid() == 0
+        self._setpriv = shutil.which("setpriv") or ""
+        self._prlimit = shutil.which("prlimit") or ""
+        if self._root and not self._setpriv:
+            raise SandboxUnavailable("bwrap: running as root needs util-linux `setpriv` to drop privileges")
+        if not self._prlimit:
+            # Fail closed: without it nothing would enforce Limits inside the sandbox.
+            raise SandboxUnavailable("bwrap: util-linux `prlimit` is needed to apply resource limits")
+        self._base_prefix = os.path.realpath(sys.base_prefix)
+        self._in_venv = os.path.realpath(sys.prefix) != self._base_prefix
+        self._venv = os.path.realpath(sys.prefix)
+        if self._in_venv:
+            exe = Path(sys.executable)
+            self.python = f"{VENV_TARGET}/bin/{exe.name}"
+        else:
+            self.python = os.path.realpath(sys.executable)
+        self._probe()
+
+    # ---- construction of the bwrap command line ------------------------------------------
+    def _system_args(self) -> list[str]:
+        args: list[str] = []
+        for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / top
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), f"/{top}"]
+        args += ["--perms", "0755", "--dir", "/etc"]
+        for name in ETC_FILES:
+            if os.path.lexists(f"/etc/{name}"):
+                args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        return args
+
+    def _python_mounts(self) -> list[tuple[str, str]]:
+        pairs = [(self._base_prefix, self._base_prefix)]
+        if self._in_venv:
+            pairs.append((self._venv, VENV_TARGET))
+        return pairs
+
+    @staticmethod
+    def _covered(target: str, mounted: list[str]) -> bool:
+        return any(target == m or target.startswith(m.rstrip("/") + "/") for m in mounted)
+
+    def _command(
+        self,
+        argv: Sequence[str],
+        mounts: Sequence[Mount],
+        cwd: str,
+        env: dict[str, str] | None,
+        limits: Limits,
+        *,
+        uid: int | None,
+        supervisor_uids: tuple[int, int] | None = None,
+    ) -> list[str]:
+        cmd = [
+            self._bwrap,
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--hostname", "sandbox", "--clearenv",
+        ]
+        full_env = dict(DEFAULT_ENV)
+        full_env.update(env or {})
+        if supervisor_uids is not None:
+            full_env["RLVR_SANDBOX_UIDS"] = f"{supervisor_uids[0]}:{supervisor_uids[1]}"
+        for key, value in full_env.items():
+            cmd += ["--setenv", key, value]
+        cmd += self._system_args()
+        mounted = ["/dev", "/proc", "/tmp"] + [f"/{t}" for t in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+                                               if Path(f"/{t}").is_dir() and not Path(f"/{t}").is_symlink()]
+        created = {"/etc"}
+        binds = [(src, dst, False) for src, dst in self._python_mounts()]
+        binds += [(str(m.source), m.target, m.writable) for m in mounts]
+        for src, dst, writable in binds:
+            if not dst.startswith("/"):
+                raise ValueError(f"sandbox mount target must be absolute: {dst!r}")
+            # Parent directories bwrap creates itself copy odd host modes (0700 under /root):
+            # create them world-traversable, unless they lie inside an existing mount.
+            parents = []
+            parent = os.path.dirname(dst.rstrip("/"))
+            while parent not in ("", "/"):
+                parents.append(parent)
+                parent = os.path.dirname(parent)
+            for p in reversed(parents):
+                if p not in created and not self._covered(p, mounted):
+                    cmd += ["--perms", "0755", "--dir", p]
+                    created.add(p)
+            cmd += ["--bind" if writable else "--ro-bind", src, dst]
+            mounted.append(dst)
+        if not self._covered(cwd, mounted) and cwd not in created:
+            cmd += ["--perms", "0755", "--dir", cwd]
+        cmd += ["--chdir", cwd]
+        if self._root:
+            cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        cmd.append("--")
+        if self._root and uid is not None:
+            cmd += [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
+        cmd += self._prlimit_args(limits, nproc=not (self._root and uid is None))
+        cmd += list(argv)
+        return cmd
+
+    def _prlimit_args(self, limits: Limits, *, nproc: bool) -> list[str]:
+        args = [self._prlimit, "--core=0"]
+        if not _unlimited(limits.cpu_seconds):
+            soft = int(limits.cpu_seconds)
+            args.append(f"--cpu={soft}:{soft + 1}")  # SIGXCPU at soft, SIGKILL one second later
+        if not _unlimited(limits.memory_bytes):
+            args.append(f"--as={int(limits.memory_bytes)}")
+        if nproc and not _unlimited(limits.max_processes):
+            args.append(f"--nproc={int(limits.max_processes)}")
+        if not _unlimited(limits.max_file_bytes):
+            args.append(f"--fsize={int(limits.max_file_bytes)}")
+        return args + ["--"]
+
+    def _fresh_uid(self) -> int | None:
+        return UID_LOW + secrets.randbelow(UID_HIGH - UID_LOW) if self._root else None
+
+    def _prepare_mounts(self, mounts: Sequence[Mount], uid: int | None) -> None:
+        for m in mounts:
+            if not Path(m.source).exists():
+                raise FileNotFoundError(f"sandbox mount source does not exist: {m.source}")
+            if m.writable and uid is not None:
+                _chown_tree(Path(m.source), uid, uid)
+                if Path(m.source).is_dir():
+                    # bwrap enters --chdir before setpriv drops to `uid`, as a root without
+                    # CAP_DAC_OVERRIDE: it needs the search bit.
+                    os.chmod(m.source, os.stat(m.source).st_mode | 0o111)
+
+    def _probe(self) -> None:
+        """Start one trivial sandbox (once per bwrap binary and process) or say why not."""
+        with _PROBE_LOCK:
+            if self._bwrap not in _PROBED:
+                cmd = self._command(
+                    [self.python, "-I", "-S", "-c", "pass"], [], "/tmp", None, Limits(), uid=self._fresh_uid()
+                )
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+                    _PROBED[self._bwrap] = (
+                        None if proc.returncode == 0
+                        else f"bwrap cannot create namespaces here (exit {proc.returncode}): "
+                        f"{proc.stderr.decode(errors='replace').strip()[:300]}"
+                    )
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    _PROBED[self._bwrap] = f"bwrap failed to start: {exc}"
+            problem = _PROBED[self._bwrap]
+        if problem:
+            raise SandboxUnavailable(problem)
+
+    # ---- the protocol ---------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        mounts: Sequence[Mount] = (),
+        cwd: str = "/work",
+        env: dict[str, str] | None = None,
+        limits: Limits = Limits(),
+        stdin: bytes | None = None,
+    ) -> RunResult:
+        uid = self._fresh_uid()
+        self._prepare_mounts(mounts, uid)
+        cmd = self._command(argv, mounts, cwd, env, limits, uid=uid)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        deadline = start + limits.wall_seconds
+        out, err, timed_out = _pump(proc, stdin, deadline, limits.output_bytes)
+        status, _rusage = _wait4(proc, deadline if not timed_out else None)
+        wall = time.monotonic() - start
+        exit_code, sig = None, None
+        if os.WIFEXITED(status):
+            exit_code = os.WEXITSTATUS(status)
+            # bwrap reports a child killed by signal N as exit status 128 + N.
+            if exit_code > 128 and exit_code - 128 < signal.NSIG:
+                sig = exit_code - 128
+        elif os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+        cap = limits.output_bytes
+        return RunResult(
+            exit_code=None if timed_out else exit_code,
+            stdout=bytes(out[0][:cap]).decode("utf-8", "replace"),
+            stderr=bytes(err[0][:cap]).decode("utf-8", "replace"),
+            timed_out=timed_out,
+            signal=sig,
+            wall_seconds=wall,
+            stdout_truncated=out[1] > cap,
+            stderr_truncated=err[1] > cap,
+            resources={"stdout_bytes": out[1], "stderr_bytes": err[1]},
+        )
+
+    def serve(
+        self,
+        argv: Sequence[str],
+        *,
+        mounts: Sequence[Mount] = (),
+        cwd: str = "/work",
+        env: dict[str, str] | None = None,
+        limits: Limits = Limits(),
+        supervisor: bool = False,
+    ) -> BwrapServer:
+        """Start a long-lived sandboxed process; `Limits.wall_seconds` does not apply to it.
+
+        ``--die-with-parent`` ties the server to the *thread* that spawns it (that is how
+        PR_SET_PDEATHSIG works): spawn servers from a thread that outlives them.
+        """
+        supervisor_uids = None
+        if supervisor and self._root:
+            base = UID_LOW + secrets.randbelow((UID_HIGH - UID_LOW) // UIDS_PER_SUPERVISOR) * UIDS_PER_SUPERVISOR
+            supervisor_uids = (base, UIDS_PER_SUPERVISOR)
+            uid = None
+        else:
+            uid = self._fresh_uid()
+        self._prepare_mounts(mounts, uid)
+        cmd = self._command(argv, mounts, cwd, env, limits, uid=uid, supervisor_uids=supervisor_uids)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        return BwrapServer(proc)
+
+
+def _pump(
+    proc: subprocess.Popen, stdin: bytes | None, deadline: float, cap: int
+) -> tuple[list, list, bool]:
+    """Feed stdin and drain stdout/stderr until EOF or the deadline (then kill the group).
+
+    Returns ([kept_bytes, total_len], [kept_bytes, total_len], timed_out).
+    """
+    out: list = [bytearray(), 0]
+    err: list = [bytearray(), 0]
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    for stream, acc in ((proc.stdout, out), (proc.stderr, err)):
+        os.set_blocking(stream.fileno(), False)
+        sel.register(stream.fileno(), selectors.EVENT_READ, acc)
+    pending = memoryview(stdin) if stdin is not None else None
+    if proc.stdin is not None:
+        os.set_blocking(proc.stdin.fileno(), False)
+        if pending is not None and len(pending):
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, None)
+        else:
+            proc.stdin.close()
+    timed_out = False
+    open_reads = 2
+    try:
+        while open_reads:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(remaining, 1.0)):
+                if key.data is None:  # stdin writable
+                    try:
+                        n = os.write(key.fd, pending[:1 << 16])
+                    except BrokenPipeError:
+                        n = len(pending)
+                    pending = pending[n:]
+                    if not len(pending):
+                        sel.unregister(key.fd)
+                        proc.stdin.close()  # type: ignore[union-attr]
+                    continue
+                try:
+                    chunk = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fd)
+                    open_reads -= 1
+                    continue
+                acc = key.data
+                if len(acc[0]) < cap:
+                    acc[0] += chunk[: cap - len(acc[0])]
+                acc[1] += len(chunk)
+    finally:
+        if timed_out:
+            _kill_group(proc)
+        sel.close()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+    return out, err, timed_out
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait4(proc: subprocess.Popen, deadline: float | None):
+    """Reap bwrap with its rusage (which covers the reaped sandbox tree). A process that
+    closed its pipes but lingers past the deadline is killed."""
+    while True:
+        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return status, rusage
+        if deadline is not None and time.monotonic() > deadline:
+            _kill_group(proc)
+            pid, status, rusage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return status, rusage
+        time.sleep(0.002)

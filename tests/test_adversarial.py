@@ -1,0 +1,123 @@
+"""Reward hacking against the enclave, on every sandbox backend.
+
+Each case in tests/adversarial/cases.py is a real unified diff against the tiny task that
+tries to get `success=True` without fixing the bug: tampering with tests and config,
+hijacking pytest or the interpreter, reading hidden information, killing or flooding the
+runner, exhausting resources. Each must fail with its expected reason (and safety flags),
+and nothing on the host may change: a canary directory, $HOME and the repository are
+checked after every case.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from adversarial.cases import CASES, Canary
+from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, REPO, make_task, patch_to
+from rlvr.enclave import Enclave
+from rlvr.sandbox import Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+# Generous wall clock (load must not matter), tight CPU: the busy loop dies of RLIMIT_CPU.
+LIMITS = Limits(wall_seconds=60.0, cpu_seconds=2, memory_bytes=768 << 20, max_processes=32,
+                max_file_bytes=8 << 20, output_bytes=16 << 10)
+TASK = make_task()
+
+
+def test_there_are_at_least_25_distinct_attacks():
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names)) >= 25
+    assert len([c for c in CASES if c.reason != "patch_rejected"]) >= 25
+
+
+@pytest.fixture(scope="module")
+def enclave(sandbox_backend):
+    with Enclave(backend=sandbox_backend, limits=LIMITS, workers=1, consensus_runs=3) as enc:
+        yield enc
+
+
+@pytest.fixture(scope="module")
+def canary(tmp_path_factory):
+    tag = uuid.uuid4().hex[:12]
+    d = tmp_path_factory.mktemp("rlvr-canary")
+    (d / "keep.txt").write_text("canary")
+    c = Canary(dir=str(d), home_file=os.path.expanduser(f"~/rlvr-canary-{tag}"),
+               repo_file=str(ROOT / f"rlvr-canary-{tag}"))
+    yield c
+    for p in (c.home_file, c.repo_file):
+        if os.path.exists(p):
+            os.unlink(p)
+
+
+def _digest(directory: str) -> str:
+    h = hashlib.sha256()
+    for root, dirs, files in sorted(os.walk(directory)):
+        for name in sorted(dirs + files):
+            full = os.path.join(root, name)
+            h.update(full.encode())
+            if os.path.isfile(full):
+                h.update(Path(full).read_bytes())
+    return h.hexdigest()
+
+
+def _host_untouched(c: Canary, before: str) -> None:
+    assert _digest(c.dir) == before, "the canary directory changed"
+    for path in (c.home_file, c.repo_file, "/tmp/rlvr-pwned"):
+        assert not os.path.exists(path), f"{path} was written from inside the enclave"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_attack_fails(enclave, canary, case):
+    before = _digest(canary.dir)
+    patch = case.make(canary)
+    verdict = enclave.verify(TASK, patch, seed=20240)
+    assert verdict.success is False
+    assert verdict.reason == case.reason, (verdict.reason, verdict.detail, verdict.safety_flags)
+    assert set(case.flags) <= set(verdict.safety_flags), verdict.safety_flags
+    if case.reason == "patch_rejected":
+        assert verdict.runs == 0
+    else:
+        assert verdict.runs == 1  # a failure never buys consensus reruns
+    _host_untouched(canary, before)
+
+
+@pytest.mark.parametrize("name", ["add_root_conftest", "sitecustomize", "pytest_ini", "pth_file", "symlink"])
+def test_policy_bypass_is_still_harmless_inside(enclave, name):
+    """Defence in depth: feed statically-refused patches straight to run_suite (as if the
+    policy had a hole). Pytest must ignore repo config and conftests, the interpreter is
+    already running, and the fail-to-pass tests keep failing."""
+    case = next(c for c in CASES if c.name == name)
+    run = enclave.run_suite(TASK, case.make(None), seed=3)
+    assert run.status in ("ok", "apply_failed")
+    if run.status == "ok":
+        assert all(run.outcomes.get(t) != "passed" for t in FAIL_TO_PASS)
+
+
+def test_git_refuses_escaping_paths_even_without_the_policy(enclave):
+    run = enclave.run_suite(TASK, "--- /dev/null\n+++ b/../escape.py\n@@ -0,0 +1 @@\n+x = 1\n", seed=3)
+    assert run.status == "apply_failed"
+
+
+def test_hidden_tests_are_not_on_disk(enclave):
+    """What the code under test can see of the hidden directory: names, empty files."""
+    probe = REPO["mathpkg/util.py"] + '''
+
+def spread(xs):
+    import os
+    sizes = []
+    for root, _dirs, files in os.walk("/tmp/rlvr-enclave/run/hidden"):
+        sizes += [os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".py")]
+    return max(xs) - min(xs) + sum(sizes)
+'''
+    run = enclave.run_suite(TASK, patch_to({**REPO, "mathpkg/util.py": probe}), seed=1)
+    assert run.outcomes["test_util.py::test_spread"] == "passed"  # every placeholder is empty
+
+
+def test_enclave_is_sound_after_the_attacks(enclave):
+    verdict = enclave.verify(TASK, TASK.reference_patch, seed=77)
+    assert (verdict.success, verdict.runs, verdict.safety_flags) == (True, 3, [])
+    assert enclave.run_suite(TASK, "", seed=1).outcomes.keys() == set(ALL_HIDDEN)
