@@ -15,6 +15,22 @@ from pathlib import Path
 from typing import IO, Protocol, Sequence, runtime_checkable
 
 
+# The environment every backend gives a sandboxed process (merged under the caller's `env`):
+# identical on bwrap and docker so the same code behaves the same on both.
+DEFAULT_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+# Host uids handed to sandboxed processes when we are root: far above any real account.
+UID_LOW, UID_HIGH = 1 << 20, 1 << 30
+UIDS_PER_SUPERVISOR = 1 << 12
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one sandboxed process tree (params: `sandbox.limits`)."""

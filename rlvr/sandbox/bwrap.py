@@ -46,6 +46,7 @@ it may use is passed in ``RLVR_SANDBOX_UIDS``.
 from __future__ import annotations
 
 import os
+import stat
 import secrets
 import selectors
 import shutil
@@ -58,23 +59,12 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from rlvr.errors import SandboxUnavailable
-from rlvr.sandbox.base import Limits, Mount, RunResult
+from rlvr.sandbox.base import (DEFAULT_ENV, UID_HIGH, UID_LOW, UIDS_PER_SUPERVISOR, Limits, Mount,
+                               RunResult)
 
 VENV_TARGET = "/opt/rlvr/venv"
-DEFAULT_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONUNBUFFERED": "1",
-}
 # /etc entries an interpreter (and git) may want; everything else of /etc stays invisible.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf")
-# Host uids handed to sandboxed processes when we are root: far above any real account.
-UID_LOW, UID_HIGH = 1 << 20, 1 << 30
-UIDS_PER_SUPERVISOR = 1 << 12
 
 _PROBED: dict[str, str | None] = {}
 _PROBE_LOCK = threading.Lock()
@@ -82,6 +72,27 @@ _PROBE_LOCK = threading.Lock()
 
 def _unlimited(value: int | float | None) -> bool:
     return value is None or value <= 0
+
+
+def _make_readable(path: Path) -> None:
+    """A read-only mount must be readable by the unprivileged sandbox uid, whatever uid that
+    is: private trees (mkdtemp's 0700 dirs, 0600 files) get the world read bit (and search
+    bit on directories). Nothing gains a write bit, and the bind is read-only anyway."""
+    def widen(p: str, bits: int) -> None:
+        mode = os.lstat(p).st_mode
+        if stat.S_ISLNK(mode) or mode & bits == bits:
+            return
+        os.chmod(p, stat.S_IMODE(mode) | bits)
+
+    if path.is_dir():
+        widen(str(path), 0o005)
+        for root, dirs, files in os.walk(path):
+            for name in dirs:
+                widen(os.path.join(root, name), 0o005)
+            for name in files:
+                widen(os.path.join(root, name), 0o004)
+    else:
+        widen(str(path), 0o004)
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -192,7 +203,7 @@ class BwrapSandbox:
         for name in ETC_FILES:
             if os.path.lexists(f"/etc/{name}"):
                 args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
         return args
 
     def _python_mounts(self) -> list[tuple[str, str]]:
@@ -288,6 +299,8 @@ class BwrapSandbox:
                     # bwrap enters --chdir before setpriv drops to `uid`, as a root without
                     # CAP_DAC_OVERRIDE: it needs the search bit.
                     os.chmod(m.source, os.stat(m.source).st_mode | 0o111)
+            elif uid is not None:
+                _make_readable(Path(m.source))
 
     def _probe(self) -> None:
         """Start one trivial sandbox (once per bwrap binary and process) or say why not."""

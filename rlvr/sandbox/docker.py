@@ -60,10 +60,10 @@ from typing import Sequence
 import requests
 
 from rlvr.errors import SandboxUnavailable
-from rlvr.sandbox.base import Limits, Mount, RunResult
-# The environment and the supervisor uid range are bwrap's, so that one enclave gives the same
+# The shared sandbox environment and supervisor uid range (base.py), so one enclave gives the same
 # verdicts on either backend (PYTHONUNBUFFERED, LC_ALL, HOME... all change program behaviour).
-from rlvr.sandbox.bwrap import DEFAULT_ENV, UID_HIGH, UID_LOW, UIDS_PER_SUPERVISOR
+from rlvr.sandbox.base import (DEFAULT_ENV, UID_HIGH, UID_LOW, UIDS_PER_SUPERVISOR, Limits, Mount,
+                               RunResult)
 from rlvr.sandbox.image import PREFIX, SANDBOX_GID, SANDBOX_UID, build_image
 
 LABEL = "org.rlvr.sandbox"
