@@ -41,8 +41,12 @@ def test_good_task_is_accepted_with_computed_test_sets(tmp_path, enclave):
 
 
 def test_rule1_buggy_state_that_passes_is_rejected(tmp_path, enclave):
-    same = BUGGY_CORE.replace('"""Limit x to [low, high]."""', '"""Limit x to the range."""')
-    _rejected(_curate(write_task(tmp_path, fixed=same), enclave), "pristine_passes")
+    # The hidden suite never exercises the bug: the buggy state passes it.
+    blind = HIDDEN_TEST.replace("def test_clamp_above():\n    assert clamp(50, 0, 10) == 10\n",
+                                "")
+    assert "test_clamp_above" not in blind
+    _rejected(_curate(write_task(tmp_path, hidden={"test_hidden.py": blind}), enclave),
+              "pristine_passes")
 
 
 def test_rule2_reference_that_fails_is_rejected(tmp_path, enclave):
