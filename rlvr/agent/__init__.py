@@ -1,0 +1,18 @@
+"""The token-exact agent harness (SPEC §3): tools, workspace, transcripts, episodes, the
+rollout passport and the concurrent collector.
+
+    tools.py       tool JSON schemas, the one tool-call syntax, `parse_action`
+    hunks.py       applying a unified-diff hunk by content (`edit {"path", "hunk"}`)
+    workspace.py   the policy workspace (host temp dir) and its path-safety rules
+    executor.py    running a tool call: host-side file tools, `run_tests` in the sandbox
+    prompt.py      the system prompt and the user message
+    transcript.py  `ChatCodec` (segment tokenization) and `Transcript` (ids/mask/logprobs)
+    repetition.py  the n-gram repetition guard
+    reward.py      R = R_outcome + λ_fmt·R_format − α·|τ_gen|/T_max (pure functions)
+    episode.py     one episode as a state machine; `run_episode`
+    collector.py   G rollouts per task, batched generation, tools in a thread pool
+    passport.py    the `trajectories` row, alignment check, `rebuild_check`, `with_outcome`
+
+Modules are imported explicitly (`from rlvr.agent.episode import ...`): importing the
+package itself loads nothing.
+"""

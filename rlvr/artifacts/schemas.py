@@ -113,3 +113,99 @@ register("verdicts", [
     in_set("reason", VERDICT_REASONS),
     between("runs", 0, None),
 ])
+
+# ---- trajectories (rollout): the rollout passport, one row per episode (SPEC §3) ------------
+# Owned by rlvr/agent (passport.py builds rows, checks alignment and rebuilds derived fields).
+STOP_REASONS = ("submitted", "max_turns", "max_tokens", "repetition", "invalid_action_limit",
+                "infra_error")
+TRUNCATION_SOURCES = ("", "max_turns", "max_tokens", "observation")
+LOGPROB_KINDS = ("behaviour", "none")  # none: a text teacher's tokens (SFT only, never RL)
+TURN = pa.struct(
+    [
+        ("turn", pa.int32()),
+        ("policy_version", pa.string()),
+        ("sample_seed", pa.int64()),
+        ("action_text", pa.string()),
+        ("action_valid", pa.bool_()),
+        ("action_error_kind", pa.string()),
+        ("action_error", pa.string()),
+        ("tool_name", pa.string()),
+        ("tool_args", pa.string()),        # JSON of the parsed args ("" when invalid)
+        ("finish_reason", pa.string()),    # stop | length
+        ("gen_tokens", pa.int32()),
+        ("logprob_sum", pa.float64()),     # sum of this turn's behaviour logprobs (NaN: teacher)
+        ("observation", pa.string()),      # as shown to the agent (capped)
+        ("observation_raw_chars", pa.int32()),  # length before the cap
+        ("observation_truncated", pa.bool_()),
+        ("tool_status", pa.string()),      # ok | error | timeout | infra_error | submitted | invalid | none
+    ]
+)
+TRAJECTORIES = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("group_id", pa.string()),
+        ("task_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("family", pa.string()),
+        ("split", pa.string()),
+        ("env_id", pa.string()),
+        ("env_version", pa.string()),
+        ("reset_seed", pa.int64()),
+        ("initial_state_checksum", pa.string()),
+        ("engine", pa.string()),
+        ("policy_version", pa.string()),           # of the first turn
+        ("turn_policy_versions", pa.list_(pa.string())),
+        ("decoding", pa.string()),                 # JSON: temperature, top_p, top_k, stop ids
+        ("decoding_seed", pa.int64()),             # the run seed every sampling seed derives from
+        ("budgets", pa.string()),                  # JSON of the episode budgets
+        ("repetition", pa.string()),               # JSON of the repetition-guard params
+        ("token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("logprobs", pa.list_(pa.float64())),      # behaviour logprobs; 0 on context, NaN: teacher
+        ("logprobs_kind", pa.string()),
+        ("turn_ids", pa.list_(pa.int32())),        # -1 = initial prompt
+        ("turns", pa.list_(TURN)),
+        ("n_turns", pa.int32()),
+        ("n_tokens", pa.int32()),
+        ("n_prompt_tokens", pa.int32()),
+        ("n_trainable_tokens", pa.int32()),
+        ("n_tokens_before_truncation", pa.int32()),
+        ("n_invalid_actions", pa.int32()),
+        ("terminated", pa.bool_()),
+        ("truncated", pa.bool_()),
+        ("truncation_source", pa.string()),
+        ("infra_error", pa.bool_()),
+        ("stop_reason", pa.string()),
+        ("stop_detail", pa.string()),
+        ("reward_format", pa.float64()),           # R_format: share of valid actions
+        ("reward_length", pa.float64()),           # |tau_gen| / T_max
+        ("reward_lambda_fmt", pa.float64()),
+        ("reward_alpha", pa.float64()),
+        ("reward_t_max", pa.int32()),
+        ("reward_outcome", pa.float64()),          # null until known (verify fills it)
+        ("reward", pa.float64()),                  # null until reward_outcome is known
+        ("verifier_version", pa.string()),         # null until verified
+        ("patch", pa.string()),                    # extract_patch of the final workspace
+        ("patch_ok", pa.bool_()),
+        ("patch_reason", pa.string()),
+        ("patch_check", pa.string()),              # JSON of the PatchCheck
+        # wall-clock fields: the only columns that differ between two identical runs
+        ("tool_latency_s", pa.list_(pa.float64())),
+        ("gen_seconds", pa.list_(pa.float64())),
+        ("started_at", pa.float64()),
+        ("wall_seconds", pa.float64()),
+    ]
+)
+TRAJECTORY_TIMING_COLUMNS = ("tool_latency_s", "gen_seconds", "started_at", "wall_seconds")
+register("trajectories", [
+    # Column rules only: per-row consistency (token alignment, masks, logprob sums, stop
+    # reason, reward) is rlvr.agent.passport.check_alignment / rebuild_check. Kept short:
+    # each expectation costs ~60 ms of validation.
+    *not_null("trajectory_id", "group_id", "task_id", "stop_reason"),
+    unique("trajectory_id"),
+    in_set("stop_reason", STOP_REASONS),
+    in_set("truncation_source", TRUNCATION_SOURCES),
+    in_set("logprobs_kind", LOGPROB_KINDS),
+    between("n_trainable_tokens", 0, None),
+    between("reward_format", 0.0, 1.0),
+])

@@ -1,0 +1,256 @@
+"""Many episodes against one engine: groups of G rollouts per task, batched generation,
+tools in a thread pool (SPEC §3 group sampling).
+
+Token engines (the policy). Groups are processed in *waves* of `groups_per_wave`; inside a
+wave the groups alternate between two cohorts. Each scheduler tick serves one cohort:
+
+    wait for that cohort's tool calls (submitted one tick earlier)
+    -> ONE engine.generate(...) over all of its episodes that wait for a turn
+    -> submit their tool calls to the pool and move to the other cohort
+
+so while the sandbox runs one cohort's tests the engine generates for the other, and the
+G first-turn prompts of a group (identical, same cohort) share one prefill. Which episodes
+enter which `generate` call is a pure function of the episodes' own logical states — never of
+thread timing — and each call's seed is derived from (run seed, wave, tick): the same tasks,
+params and seed give the same rollouts. A wave is also the unit of resumption for token
+engines (its batches mix its groups), so a resumed run replays a partly finished wave whole
+and keeps only the groups not yet on disk — identical to an uninterrupted run.
+
+Text engines (teachers). Every episode is independent (its sampling seed comes from its
+reset seed and turn), so whole episodes run in the pool and a group is the resumption unit.
+
+Seeds: reset seed of sample i of task q = derive_seed(run seed, q, i); ids:
+group_id = "<task_id>@s<seed>", trajectory_id = "<group_id>#<i>".
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from rlvr.agent.episode import (Episode, EpisodeConfig, EpisodeSpec, bind_teacher,
+                                derive_seed)
+from rlvr.engines.base import SamplingParams
+from rlvr.tasks.model import Task
+
+
+@dataclass
+class GroupResult:
+    index: int
+    task: Task
+    group_id: str
+    episodes: list[Episode]
+
+
+def group_id_for(task_id: str, seed: int) -> str:
+    return f"{task_id}@s{seed}"
+
+
+def trajectory_id_for(group_id: str, i: int) -> str:
+    return f"{group_id}#{i}"
+
+
+def episode_specs(task: Task, group_size: int, seed: int) -> list[EpisodeSpec]:
+    gid = group_id_for(task.task_id, seed)
+    return [EpisodeSpec(task=task, group_id=gid, trajectory_id=trajectory_id_for(gid, i),
+                        sample_index=i, reset_seed=derive_seed(seed, task.task_id, i))
+            for i in range(group_size)]
+
+
+def is_token_engine(engine) -> bool:
+    return hasattr(engine, "generate") and hasattr(engine, "score")
+
+
+# ---- one generation step ---------------------------------------------------------------------
+def supports_sample_seeds(engine) -> bool:
+    """Whether `engine.generate` takes per-prompt `sample_seeds` (an episode's turn then
+    draws from its own random stream, whatever else shares the batch)."""
+    try:
+        return "sample_seeds" in inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def step_token(engine, episodes: Sequence[Episode], config: EpisodeConfig, *,
+               call_seed: int) -> float:
+    """One batched `generate` for every episode that may still generate. With per-prompt
+    seeds, turn t of an episode samples with seed derive_seed(reset_seed, "turn", t);
+    otherwise every sample of the call shares `call_seed` (its position keys its stream)."""
+    limits = [ep.check_budget() for ep in episodes]
+    live = [(ep, n) for ep, n in zip(episodes, limits) if n > 0]
+    if not live:
+        return 0.0
+    d = config.decoding
+    params = SamplingParams(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
+                            max_new_tokens=max(n for _, n in live),
+                            stop_token_ids=tuple(config.codec.stop_ids))
+    prompts = [ep.transcript.token_ids for ep, _ in live]
+    started = time.perf_counter()
+    if supports_sample_seeds(engine):
+        seeds = [derive_seed(ep.spec.reset_seed, "turn", len(ep.turns)) for ep, _ in live]
+        samples = engine.generate(prompts, params, seed=config.run_seed, sample_seeds=seeds)
+    else:
+        seeds = [call_seed] * len(live)
+        samples = engine.generate(prompts, params, seed=call_seed)
+    elapsed = time.perf_counter() - started
+    if len(samples) != len(live):
+        raise RuntimeError(f"engine {engine.name} returned {len(samples)} samples for "
+                           f"{len(live)} prompts")
+    for (ep, n), sample, s in zip(live, samples, seeds):
+        ep.accept_sample(sample.token_ids, sample.logprobs, limit=n,
+                         policy_version=engine.policy_version, sample_seed=s,
+                         gen_seconds=elapsed)
+    return elapsed
+
+
+def step_text(teacher, episode: Episode, config: EpisodeConfig) -> float:
+    """One teacher turn. A failing teacher (network, server) is an infrastructure error."""
+    n = episode.check_budget()
+    if n <= 0:
+        return 0.0
+    seed = derive_seed(episode.spec.reset_seed, "turn", len(episode.turns))
+    started = time.perf_counter()
+    try:
+        text = teacher.chat(list(episode.messages), seed=seed, max_tokens=n)
+    except Exception as exc:  # noqa: BLE001 - recorded as infra_error on this rollout
+        episode.infra_error = True
+        episode._stop("infra_error", f"teacher failed: {type(exc).__name__}: {exc}")
+        return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    episode.accept_text(text, limit=n, policy_version=teacher.policy_version,
+                        sample_seed=seed, gen_seconds=elapsed)
+    return elapsed
+
+
+# ---- the collector ---------------------------------------------------------------------------
+class Collector:
+    def __init__(self, engine, config: EpisodeConfig, *, group_size: int, workers: int = 2,
+                 groups_per_wave: int = 8):
+        if group_size < 1 or workers < 1 or groups_per_wave < 1:
+            raise ValueError("group_size, workers and groups_per_wave must be >= 1")
+        self.engine = engine
+        self.cfg = config
+        self.group_size = group_size
+        self.workers = workers
+        self.groups_per_wave = groups_per_wave
+        self.engine_name = getattr(engine, "name", type(engine).__name__)
+        # what this run spent (a resumed run counts only its own part)
+        self.stats = {"generate_calls": 0, "generate_seconds": 0.0, "generate_prompts": 0,
+                      "wall_seconds": 0.0}
+        self._lock = threading.Lock()
+
+    def units(self, tasks: Sequence[Task]) -> list[list[int]]:
+        """Resumption units as lists of group indices: waves (token) or groups (text)."""
+        size = self.groups_per_wave if is_token_engine(self.engine) else 1
+        return [list(range(i, min(i + size, len(tasks)))) for i in range(0, len(tasks), size)]
+
+    def run(self, tasks: Sequence[Task], *, done: Iterable[str] = (),
+            on_group: Callable[[GroupResult], None]) -> None:
+        """Roll out G episodes for every task whose group id is not in `done`; `on_group`
+        receives each finished group (from the calling thread)."""
+        started = time.perf_counter()
+        try:
+            self._run(tasks, set(done), on_group)
+        finally:
+            self.stats["wall_seconds"] += time.perf_counter() - started
+
+    def _count(self, seconds: float, prompts: int) -> None:
+        with self._lock:
+            self.stats["generate_calls"] += 1 if prompts else 0
+            self.stats["generate_seconds"] += seconds
+            self.stats["generate_prompts"] += prompts
+
+    def _run(self, tasks: Sequence[Task], done: set[str],
+             on_group: Callable[[GroupResult], None]) -> None:
+        seed = self.cfg.run_seed
+        todo_units = [u for u in self.units(tasks)
+                      if any(group_id_for(tasks[i].task_id, seed) not in done for i in u)]
+        with ThreadPoolExecutor(max_workers=self.workers,
+                                thread_name_prefix="rlvr-tools") as pool:
+            if is_token_engine(self.engine):
+                for wave_index, unit in enumerate(self.units(tasks)):
+                    if unit not in todo_units:
+                        continue
+                    for result in self._run_wave(pool, tasks, unit, wave_index):
+                        if result.group_id not in done:
+                            on_group(result)
+            else:
+                self._run_text(pool, tasks, [u[0] for u in todo_units], on_group)
+
+    # ---- text engines ----------------------------------------------------------------------
+    def _run_text(self, pool: ThreadPoolExecutor, tasks: Sequence[Task], indices: list[int],
+                  on_group: Callable[[GroupResult], None]) -> None:
+        def one(spec: EpisodeSpec) -> Episode:
+            ep = Episode(spec, self.cfg, engine_name=self.engine_name)
+            teacher = bind_teacher(self.engine, spec.task)
+            try:
+                ep.start()
+                while not ep.done:
+                    if ep.state == "generate":
+                        self._count(step_text(teacher, ep, self.cfg), 1)
+                    else:
+                        ep.run_tool()
+            finally:
+                if ep.done:
+                    ep.finish()
+                elif ep.workspace is not None:
+                    ep.workspace.close()
+            return ep
+
+        submitted: list[tuple[int, list[Future]]] = []
+        try:
+            for i in indices:
+                specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed)
+                submitted.append((i, [pool.submit(one, s) for s in specs]))
+            for i, futures in submitted:
+                episodes = [f.result() for f in futures]
+                on_group(GroupResult(i, tasks[i], episodes[0].spec.group_id, episodes))
+        except BaseException:
+            for _, futures in submitted:
+                for f in futures:
+                    f.cancel()
+            raise
+
+    # ---- token engines ---------------------------------------------------------------------
+    def _run_wave(self, pool: ThreadPoolExecutor, tasks: Sequence[Task], unit: list[int],
+                  wave_index: int) -> list[GroupResult]:
+        groups: list[tuple[int, list[Episode]]] = []
+        for i in unit:
+            specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed)
+            groups.append((i, [Episode(s, self.cfg, engine_name=self.engine_name)
+                               for s in specs]))
+        everyone = [ep for _, eps in groups for ep in eps]
+        try:
+            for f in [pool.submit(ep.start) for ep in everyone]:
+                f.result()
+            cohorts = [[ep for k, (_, eps) in enumerate(groups) if k % 2 == c for ep in eps]
+                       for c in (0, 1)]
+            tools: dict[int, Future] = {}
+            tick = 0
+            while any(not ep.done for ep in everyone) or tools:
+                cohort = cohorts[tick % 2]
+                for ep in cohort:
+                    fut = tools.pop(id(ep), None)
+                    if fut is not None:
+                        fut.result()
+                waiting = [ep for ep in cohort if ep.state == "generate"]
+                if waiting:
+                    self._count(step_token(self.engine, waiting, self.cfg,
+                                           call_seed=derive_seed(self.cfg.run_seed, "wave",
+                                                                 wave_index, "tick", tick)),
+                                len(waiting))
+                for ep in cohort:
+                    if ep.state == "tool":
+                        tools[id(ep)] = pool.submit(ep.run_tool)
+                tick += 1
+            for f in [pool.submit(ep.finish) for ep in everyone]:
+                f.result()
+        except BaseException:
+            for ep in everyone:
+                if ep.workspace is not None:
+                    ep.workspace.close()
+            raise
+        return [GroupResult(i, tasks[i], eps[0].spec.group_id, eps) for i, eps in groups]

@@ -1,0 +1,194 @@
+"""Execute one validated tool call against an episode's workspace.
+
+`view`, `search` and `edit` are host-side file operations through `Workspace` (which refuses
+escapes, symlinks, binaries and read-only paths). `run_tests` is the only tool that runs
+repository (= policy-written) code, and it runs it inside the sandbox: the repo mounted
+writable at /work, the pristine public tests mounted read-only on top, `.git` hidden, no
+network, resource limits and the tool timeout.
+
+Every observation is capped at `observation_cap` characters with an explicit
+"[... truncated N chars]" marker (head and tail kept: pytest puts the summary last).
+A sandbox that fails to run at all is an `infra_error` result, never a task failure.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from rlvr.agent.hunks import HunkError, apply_hunk
+from rlvr.agent.tools import ToolCall
+from rlvr.agent.workspace import Workspace, WorkspaceError
+from rlvr.sandbox.base import Limits, Mount, Sandbox
+
+TOOL_STATUSES = ("ok", "error", "timeout", "infra_error", "submitted", "invalid", "none")
+
+MAX_LISTING = 300
+MAX_MATCHES = 50
+MAX_LINE_CHARS = 240
+SANDBOX_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+    "PYTHONUNBUFFERED": "1",
+    # third-party pytest plugins of the interpreter's environment are not the repo's
+    # business, and importing them costs ~1.5 s per run
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one tool call produced. `observation` is already capped; `raw_chars` is its
+    length before the cap."""
+
+    observation: str
+    status: str
+    raw_chars: int
+    truncated: bool
+    latency_s: float
+    detail: str = ""
+
+
+_PYTEST_DURATION = re.compile(
+    r"^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)"
+    r"\b.*?) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(.*)$", re.M)
+_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
+
+
+def normalize_test_output(text: str) -> str:
+    """Drop what varies between identical runs — pytest's wall time in its summary line and
+    object addresses in reprs — so the same rollout seeds give the same transcripts."""
+    return _ADDRESS.sub("0x…", _PYTEST_DURATION.sub(r"\1\2", text))
+
+
+def cap_text(text: str, cap: int) -> tuple[str, bool]:
+    """`text` cut to `cap` characters (head + tail) with an explicit marker in between."""
+    if cap <= 0 or len(text) <= cap:
+        return text, False
+    dropped = len(text) - cap
+    head = cap // 2
+    tail = cap - head
+    return (f"{text[:head]}\n[... truncated {dropped} chars]\n{text[len(text) - tail:]}"
+            if tail else f"{text[:head]}\n[... truncated {dropped} chars]"), True
+
+
+class ToolExecutor:
+    def __init__(self, workspace: Workspace, sandbox: Sandbox | None, *, timeout_s: float,
+                 observation_cap: int, limits: Limits = Limits()):
+        self.ws = workspace
+        self.sandbox = sandbox
+        self.timeout_s = timeout_s
+        self.observation_cap = observation_cap
+        self.limits = limits.replace(wall_seconds=float(timeout_s),
+                                     cpu_seconds=max(1, math.ceil(timeout_s)))
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        started = time.perf_counter()
+        handler = getattr(self, f"_tool_{call.name}")
+        try:
+            text, status, detail = handler(**call.args)
+        except (WorkspaceError, HunkError) as exc:
+            text, status, detail = f"error: {exc}", "error", ""
+        capped, truncated = cap_text(text, self.observation_cap)
+        return ToolResult(capped, status, len(text), truncated,
+                          time.perf_counter() - started, detail)
+
+    # ---- tools ---------------------------------------------------------------------------
+    def _tool_view(self, path: str, start: int | None = None, end: int | None = None):
+        target = self.ws.resolve(path, kind="any")
+        if target.is_dir():
+            files = self.ws.iter_files(path, limit=MAX_LISTING + 1)
+            more = len(files) > MAX_LISTING
+            listing = "\n".join(files[:MAX_LISTING]) + ("\n[... more files]" if more else "")
+            return f"{path}/ ({len(files)}{'+' if more else ''} files)\n{listing}", "ok", ""
+        lines = self.ws.read_text(path).split("\n")
+        if lines and lines[-1] == "":
+            lines = lines[:-1]
+        n = len(lines)
+        first = start or 1
+        last = min(end or n, n)
+        if first > max(n, 1) or (end is not None and end < first):
+            return f"error: {path}: lines {first}-{end or n} out of range (1-{n})", "error", ""
+        body = "\n".join(f"{i:>4}| {lines[i - 1]}" for i in range(first, last + 1))
+        return f"{path} (lines {first}-{last} of {n})\n{body}", "ok", ""
+
+    def _tool_search(self, pattern: str, path: str = "."):
+        matches: list[str] = []
+        total = 0
+        for rel in self.ws.iter_files(path):
+            try:
+                text = self.ws.read_text(rel)
+            except WorkspaceError:
+                continue
+            for no, line in enumerate(text.split("\n"), 1):
+                if pattern in line:
+                    total += 1
+                    if len(matches) < MAX_MATCHES:
+                        shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + "..."
+                        matches.append(f"{rel}:{no}: {shown}")
+        if not total:
+            return f"no matches for {pattern!r}", "ok", ""
+        more = f"\n[... {total - len(matches)} more matches]" if total > len(matches) else ""
+        return f"{total} match{'es' if total != 1 else ''}\n" + "\n".join(matches) + more, "ok", ""
+
+    def _tool_edit(self, path: str, old: str | None = None, new: str | None = None,
+                   hunk: str | None = None):
+        reason = self.ws.is_protected(path)
+        if reason:
+            return f"error: {reason}", "error", ""
+        text = self.ws.read_text(path)
+        if hunk is not None:
+            updated = apply_hunk(text, hunk)
+        else:
+            count = text.count(old)
+            if count != 1:
+                return (f"error: {path}: `old` occurs {count} times (it must occur exactly "
+                        "once; copy it exactly or include more context)"), "error", ""
+            updated = text.replace(old, new, 1)
+        if updated == text:
+            return f"error: {path}: the edit changes nothing", "error", ""
+        self.ws.write_text(path, updated)
+        return f"edited {path}", "ok", ""
+
+    def _tool_run_tests(self, path: str | None = None):
+        if self.sandbox is None:
+            return "error: no sandbox to run tests in", "infra_error", "no sandbox configured"
+        public = list(self.ws.task.public_tests)
+        if path is None:
+            targets = public
+        else:
+            file_part = path.split("::", 1)[0]
+            norm = PurePosixPath(file_part).as_posix().removeprefix("./")
+            if norm not in public:
+                return (f"error: {path} is not a public test (public tests: "
+                        f"{', '.join(public)})"), "error", ""
+            targets = [norm + path[len(file_part):]]
+        argv = [self.sandbox.python, "-m", "pytest", "-q", "--tb=short", "--no-header",
+                "--color=no", "-p", "no:cacheprovider", *targets]
+        mounts = [Mount(self.ws.repo, "/work", writable=True)]
+        for tree in self.ws.protected:
+            mounts.append(Mount(self.ws.public / tree.name, f"/work/{tree.name}", writable=False))
+        mounts.append(Mount(self.ws.empty, "/work/.git", writable=False))
+        try:
+            result = self.sandbox.run(argv, mounts=mounts, cwd="/work", env=dict(SANDBOX_ENV),
+                                      limits=self.limits)
+        except Exception as exc:  # noqa: BLE001 - any sandbox failure is infrastructure
+            return (f"error: the test sandbox failed ({type(exc).__name__}); this is not "
+                    "your fault"), "infra_error", f"{type(exc).__name__}: {exc}"
+        output = normalize_test_output((result.stdout or "") + (result.stderr or ""))
+        if result.timed_out:
+            return (f"{output}\n[run_tests timed out after {self.timeout_s:g}s]",
+                    "timeout", "")
+        if result.exit_code is None or (result.exit_code == 1
+                                        and (result.stderr or "").startswith("bwrap:")):
+            return (f"error: the test sandbox failed (no exit status); this is not your "
+                    "fault"), "infra_error", f"signal={result.signal} stderr={result.stderr[-500:]}"
+        if result.signal is not None:
+            return (f"{output}\n[killed by signal {result.signal}: a resource limit was hit]",
+                    "ok", "")
+        return f"{output}\n[pytest exit code {result.exit_code}]", "ok", ""

@@ -1,0 +1,335 @@
+"""The rollout passport (SPEC §3): one `trajectories.parquet` row per episode, and the
+checks that make it trustworthy without regeneration.
+
+* `passport_row(episode)` — the row (schema `schemas.TRAJECTORIES`).
+* `check_alignment(table)` — what the column contract cannot express: per row,
+  len(token_ids) == len(loss_mask) == len(logprobs) == len(turn_ids) == n_tokens.
+  `write_trajectories` / `read_trajectories` run it with the data contract; every consumer
+  should read through `read_trajectories`.
+* `rebuild_check(row) -> list[str]` — recomputes from the stored row alone the trainable-token
+  count, each turn's logprob (sum of its token logprobs), the stop reason (replaying the
+  budget / invalid-action / repetition rules) and the reward fields; every disagreement is a
+  problem string. An empty list means the loss can be recomputed from this row.
+* `with_outcome(row, outcome, verifier_version)` — the verify side: fill R_outcome and the
+  total reward R (SPEC §5) into a row.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from rlvr.agent.episode import ENV_NAME, Episode, env_version
+from rlvr.agent.repetition import RepetitionParams, first_repetition
+from rlvr.agent.reward import (FORCED_ZERO_STOPS, format_reward, length_fraction,
+                               rollout_outcome, trajectory_reward)
+from rlvr.artifacts import schemas
+from rlvr.artifacts.io import read_table, write_table
+from rlvr.errors import ArtifactError
+
+LOGPROB_TOL = 1e-6
+REWARD_TOL = 1e-9
+
+
+def passport_row(ep: Episode) -> dict[str, Any]:
+    """The passport of a finished episode."""
+    spec, cfg, tr = ep.spec, ep.cfg, ep.transcript
+    budgets = cfg.budgets
+    n_valid = sum(t.action_valid for t in ep.turns)
+    fmt = format_reward(n_valid, len(ep.turns))
+    outcome = rollout_outcome(ep.stop_reason, ep.infra_error, ep.patch_ok)
+    t_max = budgets.max_new_tokens_per_episode
+    teacher = any(m and math.isnan(lp) for m, lp in zip(tr.loss_mask, tr.logprobs))
+    return {
+        "trajectory_id": spec.trajectory_id,
+        "group_id": spec.group_id,
+        "task_id": spec.task.task_id,
+        "sample_index": spec.sample_index,
+        "family": spec.task.family,
+        "split": spec.task.split,
+        "env_id": f"{ENV_NAME}/{spec.task.task_id}",
+        "env_version": env_version(),
+        "reset_seed": spec.reset_seed,
+        "initial_state_checksum": ep.initial_checksum,
+        "engine": ep.engine_name,
+        "policy_version": ep.turns[0].policy_version if ep.turns else "",
+        "turn_policy_versions": [t.policy_version for t in ep.turns],
+        "decoding": json.dumps({"temperature": cfg.decoding.temperature,
+                                "top_p": cfg.decoding.top_p, "top_k": cfg.decoding.top_k,
+                                "stop_token_ids": list(cfg.codec.stop_ids)}, sort_keys=True),
+        "decoding_seed": cfg.run_seed,
+        "budgets": json.dumps(_fields(budgets), sort_keys=True),
+        "repetition": json.dumps(_fields(cfg.repetition), sort_keys=True),
+        "token_ids": list(tr.token_ids),
+        "loss_mask": list(tr.loss_mask),
+        "logprobs": list(tr.logprobs),
+        "logprobs_kind": "none" if teacher else "behaviour",
+        "turn_ids": list(tr.turn_ids),
+        "turns": [{
+            "turn": t.turn, "policy_version": t.policy_version, "sample_seed": t.sample_seed,
+            "action_text": t.action_text, "action_valid": t.action_valid,
+            "action_error_kind": t.action_error_kind, "action_error": t.action_error,
+            "tool_name": t.tool_name, "tool_args": t.tool_args,
+            "finish_reason": t.finish_reason, "gen_tokens": t.gen_tokens,
+            "logprob_sum": t.logprob_sum, "observation": t.observation,
+            "observation_raw_chars": t.observation_raw_chars,
+            "observation_truncated": t.observation_truncated, "tool_status": t.tool_status,
+        } for t in ep.turns],
+        "n_turns": len(ep.turns),
+        "n_tokens": len(tr),
+        "n_prompt_tokens": ep.prompt_tokens,
+        "n_trainable_tokens": sum(tr.loss_mask),
+        "n_tokens_before_truncation": len(tr) + ep.dropped_tokens,
+        "n_invalid_actions": ep.invalid_actions,
+        "terminated": ep.terminated,
+        "truncated": ep.truncated,
+        "truncation_source": ep.truncation_source,
+        "infra_error": ep.infra_error,
+        "stop_reason": ep.stop_reason,
+        "stop_detail": ep.stop_detail,
+        "reward_format": fmt,
+        "reward_length": length_fraction(ep.generated, t_max),
+        "reward_lambda_fmt": cfg.reward.lambda_fmt,
+        "reward_alpha": cfg.reward.alpha,
+        "reward_t_max": t_max,
+        "reward_outcome": outcome,
+        "reward": trajectory_reward(ep.stop_reason, ep.infra_error, outcome, fmt, ep.generated,
+                                    t_max, cfg.reward.lambda_fmt, cfg.reward.alpha),
+        # set when the enclave's patch policy already decided the outcome (a refused diff)
+        "verifier_version": _policy_version() if (ep.stop_reason == "submitted"
+                                                  and not ep.patch_ok) else None,
+        "patch": ep.patch,
+        "patch_ok": ep.patch_ok,
+        "patch_reason": ep.patch_reason,
+        "patch_check": json.dumps(ep.patch_check, sort_keys=True),
+        "tool_latency_s": [t.tool_seconds for t in ep.turns],
+        "gen_seconds": [t.gen_seconds for t in ep.turns],
+        "started_at": ep.started_at,
+        "wall_seconds": ep.wall_seconds,
+    }
+
+
+def _policy_version() -> str:
+    from rlvr.enclave import VERIFIER_VERSION
+
+    return VERIFIER_VERSION
+
+
+def _fields(obj) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def with_outcome(row: dict[str, Any], outcome: float, verifier_version: str) -> dict[str, Any]:
+    """`row` with R_outcome from the verifier and the total reward R recomputed (SPEC §5).
+    A rollout whose outcome was forced to 0 at rollout time keeps 0."""
+    out = dict(row)
+    if row["stop_reason"] in FORCED_ZERO_STOPS or (row["stop_reason"] == "submitted"
+                                                    and not row["patch_ok"]):
+        outcome = 0.0
+    out["reward_outcome"] = None if row["infra_error"] else float(outcome)
+    out["verifier_version"] = verifier_version
+    out["reward"] = trajectory_reward(
+        row["stop_reason"], row["infra_error"], out["reward_outcome"], row["reward_format"],
+        row["n_trainable_tokens"], row["reward_t_max"], row["reward_lambda_fmt"],
+        row["reward_alpha"])
+    return out
+
+
+def deterministic_view(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows without wall-clock columns (what must be identical across identical runs)."""
+    drop = set(schemas.TRAJECTORY_TIMING_COLUMNS)
+    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+
+
+# ---- table-level checks -----------------------------------------------------------------------
+def check_alignment(table: pa.Table, where: str) -> None:
+    cols = {c: table.column(c).to_pylist() for c in
+            ("trajectory_id", "token_ids", "loss_mask", "logprobs", "turn_ids", "n_tokens")}
+    for i, tid in enumerate(cols["trajectory_id"]):
+        lengths = {c: len(cols[c][i] or []) for c in ("token_ids", "loss_mask", "logprobs",
+                                                       "turn_ids")}
+        lengths["n_tokens"] = cols["n_tokens"][i]
+        if len(set(lengths.values())) != 1:
+            raise ArtifactError(f"{where}: trajectory {tid!r}: token columns are not aligned "
+                                f"({lengths})")
+
+
+def write_trajectories(path: Path | str, rows: list[dict[str, Any]], *,
+                       contract: bool = True) -> pa.Table:
+    """Atomic write with the schema, the alignment check and (unless `contract=False`, for
+    intermediate checkpoint shards) the data contract."""
+    table = pa.Table.from_pylist(rows, schema=schemas.TRAJECTORIES)
+    check_alignment(table, str(path))
+    return write_table(path, table, schemas.TRAJECTORIES,
+                       contract="trajectories" if contract else None)
+
+
+def read_trajectories(path: Path | str, *, contract: bool = True) -> pa.Table:
+    table = read_table(path, schemas.TRAJECTORIES,
+                       contract="trajectories" if contract else None)
+    check_alignment(table, str(path))
+    return table
+
+
+# ---- the rebuild check --------------------------------------------------------------------------
+def rebuild_check(row: dict[str, Any]) -> list[str]:
+    """Every way `row` disagrees with what its own stored tokens and turns imply."""
+    problems: list[str] = []
+    ids, mask, lps, tids = row["token_ids"], row["loss_mask"], row["logprobs"], row["turn_ids"]
+    turns = row["turns"] or []
+    n = len(ids)
+    if not (len(mask) == len(lps) == len(tids) == n == row["n_tokens"]):
+        return [f"token columns not aligned: ids {n}, mask {len(mask)}, logprobs {len(lps)}, "
+                f"turn_ids {len(tids)}, n_tokens {row['n_tokens']}"]
+    if any(m not in (0, 1) for m in mask):
+        problems.append("loss_mask has values other than 0/1")
+    if sum(mask) != row["n_trainable_tokens"]:
+        problems.append(f"n_trainable_tokens {row['n_trainable_tokens']} != sum(loss_mask) "
+                        f"{sum(mask)}")
+    if any(b < a for a, b in zip(tids, tids[1:])):
+        problems.append("turn_ids decrease")
+    n_prompt = sum(1 for t in tids if t == -1)
+    if n_prompt != row["n_prompt_tokens"]:
+        problems.append(f"n_prompt_tokens {row['n_prompt_tokens']} != prompt tokens {n_prompt}")
+    if any(m for m, t in zip(mask, tids) if t == -1):
+        problems.append("loss_mask is 1 on the initial prompt")
+    if any(lp != 0.0 for m, lp in zip(mask, lps) if not m):
+        problems.append("a context token (loss_mask 0) carries a non-zero logprob")
+    policy_lps = [lp for m, lp in zip(mask, lps) if m]
+    if row["logprobs_kind"] == "behaviour":
+        if any(math.isnan(lp) or lp > 1e-6 for lp in policy_lps):
+            problems.append("behaviour logprobs must be finite and <= 0 on policy tokens")
+    elif not all(math.isnan(lp) for lp in policy_lps):
+        problems.append("logprobs_kind 'none' but policy tokens carry logprobs")
+    if row["n_turns"] != len(turns):
+        problems.append(f"n_turns {row['n_turns']} != {len(turns)} stored turns")
+    if len(row["turn_policy_versions"]) != len(turns):
+        problems.append("turn_policy_versions does not have one entry per turn")
+    for k, turn in enumerate(turns):
+        problems += _check_turn(k, turn, ids, mask, lps, tids,
+                                row["turn_policy_versions"][k:k + 1])
+    problems += _check_counts(row, turns)
+    expected_stop = recompute_stop_reason(row)
+    if expected_stop != row["stop_reason"]:
+        problems.append(f"stop_reason {row['stop_reason']!r} but the stored rollout implies "
+                        f"{expected_stop!r}")
+    problems += _check_flags(row)
+    problems += _check_reward(row, turns)
+    return problems
+
+
+def _check_turn(k, turn, ids, mask, lps, tids, version) -> list[str]:
+    out = []
+    if turn["turn"] != k:
+        out.append(f"turn {k}: stored index {turn['turn']}")
+    positions = [i for i, (m, t) in enumerate(zip(mask, tids)) if m and t == k]
+    if len(positions) != turn["gen_tokens"]:
+        out.append(f"turn {k}: gen_tokens {turn['gen_tokens']} != {len(positions)} trainable "
+                   "tokens")
+    if positions and positions[-1] - positions[0] + 1 != len(positions):
+        out.append(f"turn {k}: its generated tokens are not one contiguous span")
+    total = math.fsum(lps[i] for i in positions)
+    stored = turn["logprob_sum"]
+    same = (math.isnan(total) and math.isnan(stored)) or (
+        not math.isnan(total) and not math.isnan(stored)
+        and abs(total - stored) <= LOGPROB_TOL * max(1.0, abs(total)))
+    if not same:
+        out.append(f"turn {k}: logprob_sum {stored} != sum of its token logprobs {total}")
+    if version and version[0] != turn["policy_version"]:
+        out.append(f"turn {k}: policy_version differs from turn_policy_versions")
+    return out
+
+
+def _check_counts(row, turns) -> list[str]:
+    out = []
+    invalid = sum(1 for t in turns if t["tool_status"] == "invalid")
+    if invalid != row["n_invalid_actions"]:
+        out.append(f"n_invalid_actions {row['n_invalid_actions']} != {invalid} invalid turns")
+    if row["n_tokens_before_truncation"] < row["n_tokens"]:
+        out.append("n_tokens_before_truncation < n_tokens")
+    if (row["n_tokens_before_truncation"] > row["n_tokens"]) != (
+            row["truncation_source"] == "observation"):
+        out.append("tokens were dropped iff an observation did not fit: violated")
+    return out
+
+
+def recompute_stop_reason(row: dict[str, Any]) -> str:
+    """The stop reason implied by the stored turns, tokens and budgets."""
+    turns = row["turns"] or []
+    budgets = json.loads(row["budgets"])
+    rep = RepetitionParams(**json.loads(row["repetition"]))
+    if row["infra_error"]:
+        return "infra_error"
+    if not turns:
+        return "max_tokens"  # nothing could be generated: the prompt filled the context
+    last = turns[-1]
+    generated = [t for t, m in zip(row["token_ids"], row["loss_mask"]) if m]
+    fired = first_repetition(generated, rep)
+    if fired is not None:
+        # it must fire inside the last turn: the episode stops right after that turn
+        return "repetition" if fired >= len(generated) - last["gen_tokens"] else "<repetition fired earlier>"
+    if last["finish_reason"] == "length":
+        return "max_tokens"
+    if last["action_valid"] and last["tool_name"] == "submit":
+        return "submitted"
+    invalid = sum(1 for t in turns if t["tool_status"] == "invalid")
+    if last["tool_status"] == "invalid" and invalid >= budgets["max_invalid_actions"]:
+        return "invalid_action_limit"
+    if len(turns) >= budgets["max_turns"]:
+        return "max_turns"
+    if row["truncation_source"] == "observation":
+        return "max_tokens"
+    room = min(budgets["max_new_tokens_per_turn"],
+               budgets["max_new_tokens_per_episode"] - len(generated),
+               budgets["max_context_tokens"] - row["n_tokens"])
+    if room <= 0:
+        return "max_tokens"
+    return "<unexplained stop>"
+
+
+def _check_flags(row) -> list[str]:
+    stop, src = row["stop_reason"], row["truncation_source"]
+    out = []
+    if row["truncated"] != bool(src):
+        out.append("truncated flag disagrees with truncation_source")
+    if src == "max_turns" and stop != "max_turns":
+        out.append("truncation_source max_turns but stop_reason is not max_turns")
+    if src in ("max_tokens", "observation") and stop != "max_tokens":
+        out.append(f"truncation_source {src} but stop_reason is not max_tokens")
+    if stop in ("max_turns", "max_tokens") and not src:
+        out.append(f"stop_reason {stop} without a truncation_source")
+    if row["terminated"] != (stop in ("submitted", "repetition", "invalid_action_limit")):
+        out.append("terminated flag disagrees with stop_reason")
+    if row["infra_error"] != (stop == "infra_error"):
+        out.append("infra_error flag disagrees with stop_reason")
+    return out
+
+
+def _check_reward(row, turns) -> list[str]:
+    out = []
+    n_valid = sum(1 for t in turns if t["action_valid"])
+    fmt = format_reward(n_valid, len(turns))
+    if abs(fmt - row["reward_format"]) > REWARD_TOL:
+        out.append(f"reward_format {row['reward_format']} != {fmt}")
+    length = length_fraction(row["n_trainable_tokens"], row["reward_t_max"])
+    if abs(length - row["reward_length"]) > REWARD_TOL:
+        out.append(f"reward_length {row['reward_length']} != {length}")
+    known = rollout_outcome(row["stop_reason"], row["infra_error"], row["patch_ok"])
+    outcome = row["reward_outcome"]
+    if known is not None and outcome != known:
+        out.append(f"reward_outcome {outcome} but the rollout forces {known}")
+    if row["infra_error"] and outcome is not None:
+        out.append("an infra_error rollout carries an outcome")
+    expected = trajectory_reward(row["stop_reason"], row["infra_error"], outcome, fmt,
+                                 row["n_trainable_tokens"], row["reward_t_max"],
+                                 row["reward_lambda_fmt"], row["reward_alpha"])
+    stored = row["reward"]
+    if (expected is None) != (stored is None) or (
+            expected is not None and abs(expected - stored) > REWARD_TOL):
+        out.append(f"reward {stored} != recomputed {expected}")
+    return out

@@ -1,0 +1,33 @@
+"""The fixed system prompt and the user message of an episode.
+
+Both are part of the environment: the system prompt's text (with the tool schemas) goes into
+the environment version recorded in every rollout passport, so a changed prompt is a changed
+environment. The user message is built from the task's instruction and public test paths
+only — nothing of the hidden tests or the reference can reach it.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from rlvr.tasks.model import Task
+
+SYSTEM_PROMPT = """\
+You fix a bug in a Python repository. Each turn: think briefly, then call exactly one tool:
+<tool_call>{"name": "<tool>", "args": {...}}</tool_call>
+Tools:
+- view {"path": str, "start": int?, "end": int?}: show a file with line numbers, or list a directory
+- search {"pattern": str, "path": str?}: lines containing a literal string
+- run_tests {"path": str?}: run the public tests (read-only)
+- edit {"path": str, "old": str, "new": str}: replace text that occurs exactly once
+- edit {"path": str, "hunk": str}: apply one unified-diff hunk
+- submit {}: finish; the source files as they are now are your answer
+Hidden tests will check the fix."""
+
+
+def user_message(task: Task) -> str:
+    tests = ", ".join(task.public_tests)
+    return f"{task.instruction.strip()}\n\nPublic tests: {tests}"
+
+
+def prompt_fingerprint() -> str:
+    return hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()[:12]

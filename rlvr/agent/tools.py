@@ -1,0 +1,204 @@
+"""The agent's tool contract: JSON schemas, the one tool-call syntax, and its parser.
+
+Every assistant turn is optional reasoning text followed by exactly one
+`<tool_call>{"name": ..., "args": {...}}</tool_call>` and the end-of-turn token. The policy,
+the scripted teacher and any external teacher emit this same syntax (`format_tool_call`), and
+one parser (`parse_action`) decides validity for all of them, so "parses against its schema"
+means the same thing in rollouts, SFT data and the release gate (SPEC §8.3).
+
+An invalid action is data, not an exception: `parse_action` always returns a `ParsedAction`
+whose `error_kind` says what was wrong (the episode records it and answers with an error
+observation).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+
+_PATH = {"type": "string", "minLength": 1, "maxLength": 512}
+
+# One JSON schema (draft 2020-12) per tool: the arguments object of the call.
+TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
+    "view": {
+        "description": "Show a text file with line numbers (optionally lines start..end, "
+                       "1-based, inclusive), or list the files under a directory.",
+        "type": "object",
+        "properties": {
+            "path": _PATH,
+            "start": {"type": "integer", "minimum": 1},
+            "end": {"type": "integer", "minimum": 1},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    "search": {
+        "description": "Find the lines containing a literal string (not a regex) in the text "
+                       "files under `path` (default: the whole repository).",
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "maxLength": 200},
+            "path": _PATH,
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    },
+    "run_tests": {
+        "description": "Run the public tests with pytest (all of them, or one public test "
+                       "file / node id).",
+        "type": "object",
+        "properties": {"path": _PATH},
+        "additionalProperties": False,
+    },
+    "edit": {
+        "description": "Change a source file: replace the exact text `old` (must occur exactly "
+                       "once) by `new`, or apply one unified-diff hunk.",
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "path": _PATH,
+                    "old": {"type": "string", "minLength": 1},
+                    "new": {"type": "string"},
+                },
+                "required": ["path", "old", "new"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "properties": {"path": _PATH, "hunk": {"type": "string", "minLength": 1}},
+                "required": ["path", "hunk"],
+                "additionalProperties": False,
+            },
+        ],
+    },
+    "submit": {
+        "description": "End the episode; the current state of the source files is the answer.",
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    },
+}
+TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SCHEMAS)
+
+# The envelope around every call.
+CALL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "args": {"type": "object"}},
+    "required": ["name", "args"],
+    "additionalProperties": False,
+}
+
+# Why an action was invalid (recorded per turn; "" = valid).
+ACTION_ERRORS = (
+    "",
+    "missing_tool_call",      # no <tool_call> at all
+    "multiple_tool_calls",    # more than one <tool_call>
+    "unterminated_tool_call",  # <tool_call> without </tool_call>
+    "text_after_tool_call",   # anything but whitespace between </tool_call> and end of turn
+    "bad_json",               # the call body is not JSON
+    "bad_call",               # JSON, but not {"name": str, "args": {...}}
+    "unknown_tool",           # name not in TOOL_NAMES
+    "bad_args",               # args break the tool's schema
+    "no_end_of_turn",         # the turn ended with <|endoftext|> instead of <|im_end|>
+    "turn_too_long",          # the per-turn token budget cut the turn (episode truncated)
+)
+
+_VALIDATORS = {name: jsonschema.Draft202012Validator(schema)
+               for name, schema in TOOL_SCHEMAS.items()}
+_CALL_VALIDATOR = jsonschema.Draft202012Validator(CALL_SCHEMA)
+for _schema in (*TOOL_SCHEMAS.values(), CALL_SCHEMA):
+    jsonschema.Draft202012Validator.check_schema(_schema)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "args": self.args}, sort_keys=True,
+                          ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """The outcome of parsing one assistant turn. `call` is set iff the action is valid."""
+
+    call: ToolCall | None
+    error_kind: str = ""
+    error: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.call is not None
+
+
+def format_tool_call(name: str, args: dict[str, Any], reasoning: str = "") -> str:
+    """The canonical text of one assistant action (without the end-of-turn token)."""
+    body = json.dumps({"name": name, "args": args}, ensure_ascii=False)
+    prefix = f"{reasoning.strip()}\n" if reasoning.strip() else ""
+    return f"{prefix}{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}"
+
+
+def validate_call(name: str, args: Any) -> str:
+    """'' if `args` is valid for tool `name`, else a one-line reason."""
+    validator = _VALIDATORS.get(name)
+    if validator is None:
+        return f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    if error is None:
+        return ""
+    where = "/".join(str(p) for p in error.absolute_path)
+    if name == "edit" and error.validator == "oneOf":
+        return ("edit takes either {\"path\", \"old\", \"new\"} or {\"path\", \"hunk\"} "
+                "(strings, nothing else)")
+    return f"{name}: {'args/' + where + ': ' if where else ''}{error.message}"
+
+
+def parse_action(text: str) -> ParsedAction:
+    """Parse the text of one assistant turn (end-of-turn token excluded)."""
+    opens = text.count(TOOL_CALL_OPEN)
+    if opens == 0:
+        return _invalid("missing_tool_call",
+                        f"no {TOOL_CALL_OPEN}...{TOOL_CALL_CLOSE} in the turn")
+    if opens > 1:
+        return _invalid("multiple_tool_calls", f"{opens} tool calls in one turn (exactly one)")
+    start = text.index(TOOL_CALL_OPEN) + len(TOOL_CALL_OPEN)
+    end = text.find(TOOL_CALL_CLOSE, start)
+    if end < 0:
+        return _invalid("unterminated_tool_call", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}")
+    if text[end + len(TOOL_CALL_CLOSE):].strip():
+        return _invalid("text_after_tool_call",
+                        f"text after {TOOL_CALL_CLOSE}; end the turn right after the call")
+    body = text[start:end].strip()
+    try:
+        obj = json.loads(body)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return _invalid("bad_json", f"tool call is not valid JSON: {exc}")
+    error = jsonschema.exceptions.best_match(_CALL_VALIDATOR.iter_errors(obj))
+    if error is not None or not isinstance(obj, dict):
+        return _invalid("bad_call", 'tool call must be {"name": "<tool>", "args": {...}}')
+    name, args = obj["name"], obj["args"]
+    if name not in TOOL_SCHEMAS:
+        return _invalid("unknown_tool", f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})")
+    reason = validate_call(name, args)
+    if reason:
+        return _invalid("bad_args", reason)
+    return ParsedAction(ToolCall(name, args))
+
+
+def _invalid(kind: str, message: str) -> ParsedAction:
+    return ParsedAction(None, kind, message)
+
+
+def tools_fingerprint() -> str:
+    """Hash of every tool schema: part of the environment version of each rollout."""
+    blob = json.dumps(TOOL_SCHEMAS, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

@@ -1,0 +1,444 @@
+"""A scripted teacher that debugs systematically, for demonstrations (SFT data).
+
+It is a text engine bound to one episode (`ScriptedTeacher.for_task(task) -> chat(...)`) and
+speaks exactly the policy's tool-call syntax (`rlvr.agent.tools.format_tool_call`). Per
+episode it
+
+1. runs the public tests;
+2. localises: failing-test tracebacks (source frames), the functions the failing
+   assertions call, names in the instruction, and — when the task has them — the
+   provenance hints file / function / operator / line (never the mutation's `from`/`to`);
+3. views the suspect function;
+4. tries candidate fixes: every single-site mutation of the suspect function
+   (`rlvr.tasks.synth.operators`: most bug operators are their own inverse) plus small
+   line edits (unwrapping `not (...)`), ranked by the hints; each is an `edit`, then
+   `run_tests`; an edit that lowers the failure count is kept (two-bug tasks need two),
+   otherwise reverted;
+5. submits when the public tests pass, or when its turn budget runs out.
+
+`noise` is the share of episodes in which it does what a sloppy engineer does: applies a
+candidate that is *not* its best guess, glances at the tests and submits whatever it has.
+Whether an episode is noisy is drawn from the episode's first sampling seed, so it is
+reproducible.
+
+What it may see: the task as `rlvr.agent.episode.teacher_view` gives it — the buggy repo and
+public tests (which the agent sees too), the instruction and provenance hints. Hidden tests,
+their ids and the reference patch are removed before it is bound, so no demonstration can
+carry them.
+"""
+from __future__ import annotations
+
+import ast
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from rlvr.agent.tools import format_tool_call
+from rlvr.tasks.model import Task
+
+VERSION = "1"
+
+_FRAME = re.compile(r"^([\w./-]+\.py):(\d+): in (\w+)", re.M)
+_FAILED = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py)::(\w+)", re.M)
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_COUNTS = re.compile(r"(\d+) (failed|error|errors|passed)")
+_EXIT = re.compile(r"\[pytest exit code (\d+)\]")
+_NOT_WRAP = re.compile(r"\bnot \(")
+# Mutation operators whose sites can undo an injected bug, most common first. Removing a
+# statement never undoes one (no operator adds statements), so it is not a candidate.
+CANDIDATE_OPERATORS = ("comparison_flip", "boundary_shift", "slice_off_by_one",
+                       "arithmetic_swap", "boolean_swap", "negate_condition", "swap_arguments",
+                       "wrong_variable", "wrong_return")
+
+
+@dataclass
+class Hints:
+    """Localisation hints a teacher may use (file, function, operator, line — no fix)."""
+
+    sites: list[tuple[str, str, str, int | None]] = field(default_factory=list)
+
+    @classmethod
+    def from_provenance(cls, prov: dict[str, Any]) -> "Hints":
+        out = cls()
+        params = prov.get("params") if isinstance(prov.get("params"), dict) else {}
+        parts = params.get("parts") if isinstance(params.get("parts"), list) else None
+        if parts:
+            for p in parts:
+                if isinstance(p, dict):
+                    out.sites.append((str(p.get("file") or prov.get("file") or ""),
+                                      str(p.get("function") or prov.get("function") or ""),
+                                      str(p.get("operator") or ""), _int(p.get("line"))))
+        elif prov.get("file") or prov.get("function"):
+            out.sites.append((str(prov.get("file") or ""), str(prov.get("function") or ""),
+                              str(prov.get("operator") or ""), _int(params.get("line"))))
+        return out
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: str
+    new_source: str
+    line: int
+    why: str
+
+
+class ScriptedTeacher:
+    """Factory: one bound teacher per episode (`for_task`)."""
+
+    name = "scripted"
+
+    def __init__(self, noise: float = 0.0, max_turns: int = 12):
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError("scripted teacher noise must be in [0, 1]")
+        self.noise = noise
+        self.max_turns = max_turns
+        self.policy_version = f"scripted-v{VERSION}-noise{noise:g}"
+
+    def for_task(self, task: Task) -> "BoundTeacher":
+        if task.hidden_tests or task.reference_patch:
+            raise ValueError("the scripted teacher must be bound to teacher_view(task): it "
+                             "may not see hidden tests or the reference")
+        return BoundTeacher(task, self.noise, self.max_turns, self.policy_version)
+
+
+class BoundTeacher:
+    name = "scripted"
+
+    def __init__(self, task: Task, noise: float, max_turns: int, policy_version: str):
+        self.task = task
+        self.noise = noise
+        self.max_turns = max_turns
+        self.policy_version = policy_version
+        public = set(task.public_tests)
+        self.files = {p: c for p, c in task.repo_files.items() if p.endswith(".py")}
+        self.sources = {p for p in self.files if p not in public
+                        and not p.split("/")[0] in {t.split("/")[0] for t in public}}
+        self.hints = Hints.from_provenance(task.provenance)
+        self.rng: random.Random | None = None
+        self.noisy = False
+        self.phase = "start"
+        self.queue: list[Candidate] = []
+        self.pending: tuple[str, str] = ("", "")  # (path, text) the edit in flight makes
+        self.base: dict[str, str] = dict(self.files)  # the kept state candidates build on
+        self.best_failures: int | None = None
+        self.suspects: list[tuple[str, str]] = []
+
+    # ---- the TextEngine interface ------------------------------------------------------------
+    def chat(self, messages: Sequence[dict], *, seed: int, max_tokens: int) -> str:
+        if self.rng is None:
+            self.rng = random.Random(seed)
+            self.noisy = self.rng.random() < self.noise
+        last = messages[-1]["content"] if messages[-1]["role"] == "tool" else ""
+        turns_used = sum(1 for m in messages if m["role"] == "assistant")
+        return self._next(last, turns_used)
+
+    # ---- the plan ----------------------------------------------------------------------------
+    def _next(self, observation: str, turns_used: int) -> str:
+        left = self.max_turns - turns_used  # including this one
+        if self.phase == "start":
+            self.phase = "tested_initial"
+            return format_tool_call("run_tests", {}, "Run the public tests to see what fails.")
+        if self.phase == "tested_initial":
+            self.best_failures = _failures(observation)
+            self._localise(observation)
+            self.queue = self._candidates()
+            if self.noisy and len(self.queue) > 1:
+                pick = self.rng.randrange(1, len(self.queue))
+                self.queue = [self.queue[pick]]
+            if not self.suspects or left <= 1:
+                return self._submit("I cannot localise the bug; submit as is.")
+            path, func = self.suspects[0]
+            self.phase = "viewed"
+            start, end = _function_lines(self.files[path], func)
+            return format_tool_call("view", {"path": path, "start": start, "end": end},
+                                    f"The failure points at `{func}` in {path}; read it.")
+        if self.phase == "applied":
+            path, target = self.pending
+            if not observation.startswith("edited"):
+                return self._advance(left, "That edit did not apply; try another candidate.")
+            self.files[path] = target
+            self.phase = "tested"
+            return format_tool_call("run_tests", {}, "Check the change against the public tests.")
+        if self.phase == "tested":
+            failures = _failures(observation)
+            if failures == 0:
+                return self._submit("The public tests pass; submit the fix.")
+            if self.noisy:
+                return self._submit("Good enough; submit this fix.")
+            if (failures is not None and self.best_failures is not None
+                    and failures < self.best_failures):
+                self.best_failures = failures
+                self.base = dict(self.files)  # keep it: a two-bug task needs two fixes
+                self.queue = self._candidates()
+                return self._advance(left, f"Fewer failures ({failures}) now; keep the change "
+                                           "and look for the rest.")
+            return self._advance(left, "That did not fix it.")
+        if self.phase == "reverting":
+            path, target = self.pending
+            if observation.startswith("edited"):
+                self.files[path] = target
+            return self._advance(left, "Back to the previous state.")
+        # phase "viewed" (and anything else): go through the candidates
+        return self._advance(left, "")
+
+    def _submit(self, why: str) -> str:
+        self.phase = "submitted"
+        return format_tool_call("submit", {}, why.strip())
+
+    def _next_candidate(self) -> Candidate | None:
+        while self.queue:
+            cand = self.queue.pop(0)
+            if cand.path in self.base and cand.new_source != self.base[cand.path]:
+                return cand
+        return None
+
+    def _advance(self, left: int, why: str) -> str:
+        """Move the workspace to the next candidate: one edit from the current state when it
+        is small, else undo the failed change first. Each attempt needs an edit, a test run
+        and still room to submit."""
+        if left < 3:
+            return self._submit(f"{why} Out of turns; submit the current state.")
+        cand = self._next_candidate()
+        if cand is None:
+            return self._submit(f"{why} No candidate fix left; submit the current state.")
+        dirty = [p for p in sorted(self.files) if self.files[p] != self.base.get(p)]
+        direct = not dirty or (dirty == [cand.path] and line_edit(
+            self.files[cand.path], cand.new_source)[0].count("\n") <= 6)
+        if direct:
+            old, new, _ = line_edit(self.files[cand.path], cand.new_source)
+            self.pending = (cand.path, cand.new_source)
+            self.phase = "applied"
+            reason = f"{why} Try a fix in {cand.path} line {cand.line} ({cand.why})."
+            return format_tool_call("edit", {"path": cand.path, "old": old, "new": new},
+                                    reason.strip())
+        if left < 4:
+            return self._submit(f"{why} Out of turns; submit the current state.")
+        self.queue.insert(0, cand)
+        path = dirty[0]
+        old, new, _ = line_edit(self.files[path], self.base[path])
+        self.pending = (path, self.base[path])
+        self.phase = "reverting"
+        return format_tool_call("edit", {"path": path, "old": old, "new": new},
+                                f"{why} Undo the change first.".strip())
+
+    # ---- localisation ----------------------------------------------------------------------
+    def _localise(self, output: str) -> None:
+        """Suspect functions, most likely first: hinted functions, then functions the failure
+        evidence names (source frames, calls in failing tests and assertions, the
+        instruction) — those in hinted files first — then the rest of the hinted files."""
+        defs = self._definitions()
+        evidence: list[tuple[str, str]] = []
+        for m in _FRAME.finditer(output):
+            path, func = m.group(1), m.group(3)
+            evidence += [d for d in defs.get(func, []) if d[0] == path]
+        names: list[str] = []
+        for m in _FAILED.finditer(output):
+            names += _test_calls(self.files.get(m.group(1), ""), m.group(2))
+        for line in output.splitlines():
+            if line.startswith(("E ", ">")) or "assert " in line:
+                names += _CALL.findall(line)
+        names += re.findall(r"`(\w+)`", self.task.instruction)
+        names += _CALL.findall(self.task.instruction)
+        for name in names:
+            evidence += defs.get(name, [])
+        hinted = [(p, f) for p, f, _o, _l in self.hints.sites
+                  if any(d == (p, f) for ds in defs.values() for d in ds)]
+        files = {p for p, _f, _o, _l in self.hints.sites if p in self.sources}
+        in_files = [e for e in evidence if e[0] in files]
+        rest = [e for e in evidence if e[0] not in files]
+        fallback = [d for name in sorted(defs) for d in defs[name] if d[0] in files
+                    and "." not in name]
+        fallback.sort(key=lambda d: _function_lines(self.files[d[0]], d[1])[0])
+        self.suspects = list(dict.fromkeys(hinted + in_files + rest + fallback))
+
+    def _definitions(self) -> dict[str, list[tuple[str, str]]]:
+        """function name (and qualname) -> [(path, qualname)] over the source files."""
+        from rlvr.tasks.synth.operators import function_names
+
+        out: dict[str, list[tuple[str, str]]] = {}
+        for path in sorted(self.sources):
+            try:
+                names = function_names(self.files[path])
+            except SyntaxError:
+                continue
+            for q in names:
+                for key in {q, q.split(".")[-1]}:
+                    out.setdefault(key, []).append((path, q))
+        return out
+
+    def _candidates(self) -> list[Candidate]:
+        from rlvr.tasks.synth.operators import OPERATORS, FunctionContext, compiles
+        from rlvr.tasks.synth.spans import SourceMap
+
+        hinted_ops = {op for _p, _f, op, _l in self.hints.sites if op}
+        hinted_lines = {(p, line) for p, _f, _o, line in self.hints.sites if line}
+        ranked: list[tuple[tuple, Candidate]] = []
+        seen: set[tuple[str, str]] = set()
+        for rank_fn, (path, func) in enumerate(self.suspects[:3]):
+            source = self.files[path]
+            try:
+                fn = FunctionContext(source, func)
+            except (KeyError, SyntaxError):
+                continue
+            for op in CANDIDATE_OPERATORS:
+                if op not in OPERATORS:
+                    continue
+                for site in OPERATORS[op](fn):
+                    if op == "wrong_return" and site.params.get("to") == "None":
+                        continue  # `return None` is never the undo of an injected bug
+                    new = SourceMap(source).apply(site.edits)
+                    if new == source or (path, new) in seen or not compiles(new):
+                        continue
+                    seen.add((path, new))
+                    line = site.params.get("line", fn.node.lineno)
+                    ranked.append(((op not in hinted_ops, (path, line) not in hinted_lines,
+                                    rank_fn, _distance(line, hinted_lines, path), line,
+                                    1 + CANDIDATE_OPERATORS.index(op), len(new)),
+                                   Candidate(path, new, line, _describe(op))))
+            offset_ops = hinted_ops & {"boundary_shift", "slice_off_by_one"}
+            for node in ast.walk(fn.node):
+                # `x + 1` -> `x`: the natural undo of an injected off-by-one
+                if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))
+                        and isinstance(node.right, ast.Constant)
+                        and type(node.right.value) is int):
+                    m = SourceMap(source)
+                    s, e = m.span(node)
+                    new = (m.data[:s] + m.text(node.left).encode() + m.data[e:]).decode()
+                    if (path, new) in seen or not compiles(new):
+                        continue
+                    seen.add((path, new))
+                    ranked.append(((not offset_ops, (path, node.lineno) not in hinted_lines,
+                                    rank_fn, _distance(node.lineno, hinted_lines, path),
+                                    node.lineno, 0, len(new)),
+                                   Candidate(path, new, node.lineno, "drop an offset")))
+            names = _local_names(fn.node)
+            for node in ast.walk(fn.node):
+                # `return None` where a value was returned: try the function's local names
+                if (isinstance(node, ast.Return) and isinstance(node.value, ast.Constant)
+                        and node.value.value is None):
+                    m = SourceMap(source)
+                    s, e = m.span(node.value)
+                    for k, name in enumerate(names):
+                        new = (m.data[:s] + name.encode() + m.data[e:]).decode()
+                        if (path, new) in seen or not compiles(new):
+                            continue
+                        seen.add((path, new))
+                        ranked.append(((not hinted_ops & {"wrong_return"},
+                                        (path, node.lineno) not in hinted_lines, rank_fn,
+                                        _distance(node.lineno, hinted_lines, path),
+                                        node.lineno, 1 + k, len(new)),
+                                       Candidate(path, new, node.lineno,
+                                                 f"return `{name}` instead of None")))
+            lines = source.split("\n")
+            for no in range(fn.node.lineno, (fn.node.end_lineno or fn.node.lineno) + 1):
+                text = lines[no - 1]
+                m = _NOT_WRAP.search(text)
+                if m and text.rstrip().endswith(")"):
+                    fixed = text[:m.start()] + text[m.end():].rstrip()[:-1]
+                    new = "\n".join(lines[:no - 1] + [fixed] + lines[no:])
+                    if (path, new) not in seen and compiles(new):
+                        seen.add((path, new))
+                        ranked.append(((not hinted_ops & {"negate_condition", "wrong_return"},
+                                        (path, no) not in hinted_lines, rank_fn,
+                                        _distance(no, hinted_lines, path), no, 0, len(new)),
+                                       Candidate(path, new, no, "drop a negation")))
+        ranked.sort(key=lambda x: x[0])
+        return [c for _, c in ranked]
+
+
+def _local_names(fn: ast.AST) -> list[str]:
+    """Names a function binds (assignment targets, loop variables, then parameters), the
+    most recently bound first: the likely values of a lost `return`."""
+    bound: list[str] = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.append(node.id)
+    args = fn.args  # type: ignore[attr-defined]
+    params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)
+              if a.arg not in ("self", "cls")]
+    return list(dict.fromkeys([*reversed(bound), *params]))
+
+
+def _distance(line: int, hinted: set[tuple[str, int]], path: str) -> int:
+    lines = [h for p, h in hinted if p == path]
+    return min((abs(line - h) for h in lines), default=0)
+
+
+def _describe(op: str) -> str:
+    return {"comparison_flip": "flip a comparison", "boundary_shift": "shift a bound by one",
+            "arithmetic_swap": "swap an arithmetic operator",
+            "boolean_swap": "swap and/or", "negate_condition": "negate a condition",
+            "swap_arguments": "swap two arguments", "remove_statement": "drop a statement",
+            "wrong_return": "change the returned value", "slice_off_by_one": "shift a slice bound",
+            "wrong_variable": "use another variable"}.get(op, op.replace("_", " "))
+
+
+def _failures(output: str) -> int | None:
+    """Failed + errored tests in a run_tests observation (0 when pytest exited 0)."""
+    m = _EXIT.search(output)
+    if m and m.group(1) == "0":
+        return 0
+    counts = {kind: int(n) for n, kind in _COUNTS.findall(output)}
+    if not counts:
+        return None
+    return counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
+
+
+def _test_calls(test_source: str, test_name: str) -> list[str]:
+    """Names called inside test function `test_name` of a public test file."""
+    try:
+        tree = ast.parse(test_source)
+    except SyntaxError:
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == test_name:
+            return [n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+                    for n in ast.walk(node) if isinstance(n, ast.Call)
+                    and isinstance(n.func, (ast.Name, ast.Attribute))]
+    return []
+
+
+def _function_lines(source: str, qualname: str) -> tuple[int, int]:
+    from rlvr.tasks.synth.operators import find_function
+
+    try:
+        node = find_function(ast.parse(source), qualname)
+        return node.lineno, node.end_lineno or node.lineno
+    except (KeyError, SyntaxError):
+        return 1, max(1, source.count("\n"))
+
+
+def line_edit(current: str, target: str) -> tuple[str, str, int]:
+    """(old, new, first line) turning `current` into `target` with one exact-span
+    replacement: the changed lines, widened until `old` occurs exactly once."""
+    a, b = current.split("\n"), target.split("\n")
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    j = 0
+    while j < min(len(a), len(b)) - i and a[len(a) - 1 - j] == b[len(b) - 1 - j]:
+        j += 1
+    lo, hi_a, hi_b = i, len(a) - j, len(b) - j
+
+    def span(lines: list[str], lo: int, hi: int) -> str:
+        # whole lines with their newlines, so that inserting / deleting lines works
+        return "".join(x + "\n" for x in lines[lo:hi]) if hi < len(lines) else \
+            "\n".join(lines[lo:hi])
+
+    while True:
+        old = span(a, lo, hi_a)
+        if old.strip() and current.count(old) == 1:
+            break
+        if lo > 0:
+            lo -= 1
+        elif hi_a < len(a):
+            hi_a += 1
+            hi_b += 1
+        else:
+            break
+    return old, span(b, lo, hi_b), lo + 1

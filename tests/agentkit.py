@@ -1,0 +1,228 @@
+"""Tiny tasks, a tiny real policy and a replay engine for the agent-harness tests."""
+from __future__ import annotations
+
+import atexit
+import functools
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from rlvr.engines.base import Sample, SamplingParams
+from rlvr.tasks.model import Task
+from rlvr.tasks.patches import make_patch
+
+COUNT_FIXED = '''\
+def count_below(values, limit):
+    """Number of values strictly below limit."""
+    n = 0
+    for v in values:
+        if v < limit:
+            n += 1
+    return n
+
+
+def scale(values, factor):
+    return [v * factor for v in values]
+'''
+COUNT_BUGGY = COUNT_FIXED.replace("if v < limit:", "if v <= limit:")
+COUNT_PUBLIC = '''\
+from mini.core import count_below
+
+
+def test_count_below_basic():
+    assert count_below([1, 2, 3], 2) == 1
+
+
+def test_count_below_empty():
+    assert count_below([], 5) == 0
+'''
+COUNT_HIDDEN = '''\
+from mini.core import count_below, scale
+
+
+def test_hidden_boundary_value_is_excluded():
+    assert count_below([7, 8, 9, 10], 9) == 2
+
+
+def test_hidden_negative_numbers_are_counted():
+    assert count_below([-4, -3, 11], -3) == 1
+
+
+def test_hidden_scale_keeps_order():
+    assert scale([3, 1], 2) == [6, 2]
+'''
+
+PRICE_FIXED = '''\
+def total_price(qty, unit, discount):
+    """Price of qty items at unit price, minus a flat discount."""
+    return qty * unit - discount
+
+
+def unit_count(items):
+    return len(items)
+'''
+PRICE_BUGGY = PRICE_FIXED.replace("qty * unit - discount", "qty * unit + discount")
+PRICE_PUBLIC = '''\
+from shop.price import total_price
+
+
+def test_total_price_discount():
+    assert total_price(3, 10, 5) == 25
+'''
+PRICE_HIDDEN = '''\
+from shop.price import total_price, unit_count
+
+
+def test_hidden_discount_larger_order():
+    assert total_price(12, 4, 8) == 40
+
+
+def test_hidden_unit_count_of_three():
+    assert unit_count(["a", "b", "c"]) == 3
+'''
+
+TAKE_FIXED = '''\
+def take(items, n):
+    """The first n items."""
+    return items[:n]
+
+
+def last(items):
+    return items[-1]
+'''
+TAKE_BUGGY = TAKE_FIXED.replace("return items[:n]", "return items[:n + 1]")
+TAKE_PUBLIC = '''\
+from seq.ops import take
+
+
+def test_take_two():
+    assert take([1, 2, 3, 4], 2) == [1, 2]
+'''
+TAKE_HIDDEN = '''\
+from seq.ops import take, last
+
+
+def test_hidden_take_zero_gives_nothing():
+    assert take(["q", "r"], 0) == []
+
+
+def test_hidden_last_of_pair():
+    assert last([41, 42]) == 42
+'''
+
+
+def make_task(task_id: str, package: str, module: str, buggy: str, fixed: str, public: str,
+              hidden: str, *, function: str, operator: str, line: int,
+              split: str = "train") -> Task:
+    src = f"{package}/{module}.py"
+    repo = {f"{package}/__init__.py": "", src: buggy, "tests/test_public.py": public}
+    return Task(
+        task_id=task_id, family=package, split=split, source="synthetic",
+        instruction=f"`{function}` gives wrong results; the public tests show one case.",
+        repo_files=repo, public_tests=("tests/test_public.py",),
+        hidden_tests={"test_hidden.py": hidden},
+        reference_patch=make_patch({src: buggy}, {src: fixed}),
+        fail_to_pass=("test_hidden.py::test_x",), pass_to_pass=("test_hidden.py::test_y",),
+        provenance={"family": package, "file": src, "function": function, "operator": operator,
+                    "params": {"line": line, "col": 0, "from": "<redacted>", "to": "<redacted>"}},
+    )
+
+
+def count_task(task_id: str = "mini-count") -> Task:
+    return make_task(task_id, "mini", "core", COUNT_BUGGY, COUNT_FIXED, COUNT_PUBLIC,
+                     COUNT_HIDDEN, function="count_below", operator="comparison_flip", line=5)
+
+
+def price_task(task_id: str = "shop-price") -> Task:
+    return make_task(task_id, "shop", "price", PRICE_BUGGY, PRICE_FIXED, PRICE_PUBLIC,
+                     PRICE_HIDDEN, function="total_price", operator="arithmetic_swap", line=3)
+
+
+def take_task(task_id: str = "seq-take") -> Task:
+    return make_task(task_id, "seq", "ops", TAKE_BUGGY, TAKE_FIXED, TAKE_PUBLIC, TAKE_HIDDEN,
+                     function="take", operator="slice_off_by_one", line=3)
+
+
+def all_tasks() -> list[Task]:
+    return [count_task(), price_task(), take_task()]
+
+
+def fixed_sources() -> dict[str, tuple[str, str]]:
+    """task id -> (source path, fixed text)."""
+    return {"mini-count": ("mini/core.py", COUNT_FIXED), "shop-price": ("shop/price.py", PRICE_FIXED),
+            "seq-take": ("seq/ops.py", TAKE_FIXED)}
+
+
+def leak_lines(task: Task) -> list[str]:
+    """Lines that must never reach a prompt or an observation: every hidden-test line that is
+    not also in the visible repo, and the reference's added lines."""
+    visible = "\n".join(task.repo_files.values())
+    lines = [ln.strip() for text in task.hidden_tests.values() for ln in text.splitlines()]
+    hidden = [ln for ln in lines if len(ln) > 12 and ln not in visible]
+    added = [ln[1:].strip() for ln in task.reference_patch.splitlines()
+             if ln.startswith("+") and not ln.startswith("+++") and ln[1:].strip()]
+    return hidden + added
+
+
+# ---- a tiny real policy ---------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def tiny_policy_dir() -> Path:
+    """One tiny policy per test process (removed at exit)."""
+    root = Path(tempfile.mkdtemp(prefix="rlvr-tiny-policy-"))
+    atexit.register(shutil.rmtree, root, True)
+    return build_tiny_policy(root / "policy")
+
+
+def build_tiny_policy(out_dir: Path, *, seed: int = 0) -> Path:
+    from rlvr.engines.local_policy import build_local_policy, synthetic_transcripts
+
+    code = {"data/seed_repos/mini/mini/core.py": COUNT_FIXED,
+            "data/seed_repos/shop/shop/price.py": PRICE_FIXED,
+            "data/seed_repos/seq/seq/ops.py": TAKE_FIXED,
+            "data/seed_repos/mini/tests/test_core.py": COUNT_PUBLIC + COUNT_HIDDEN}
+    texts = list(code.values()) + synthetic_transcripts(code, 60, seed=seed)
+    build_local_policy(out_dir, texts, seed=seed, vocab_size=420, hidden_size=32, layers=1,
+                       heads=2, kv_heads=1, intermediate_size=64, max_position_embeddings=4096)
+    return out_dir
+
+
+# ---- a replay engine: a TokenEngine that "samples" scripted actions ------------------------
+class ReplayEngine:
+    """Emits fixed action texts (tokenized like a policy would write them), one per call and
+    prompt, each token with logprob -0.25. For reaching exact situations in tests."""
+
+    name = "replay"
+
+    def __init__(self, codec, actions: Sequence[str], *, end_turn: bool = True,
+                 policy_version: str = "replay-1"):
+        self.codec = codec
+        self.actions = list(actions)
+        self.end_turn = end_turn
+        self.policy_version = policy_version
+        self.calls = 0
+        self.returned: list[list[int]] = []
+
+    def _ids(self, k: int) -> list[int]:
+        text = self.actions[min(k, len(self.actions) - 1)]
+        ids = self.codec.encode_action(text)
+        return ids + [self.codec.im_end] if self.end_turn else ids
+
+    def generate(self, prompts, params: SamplingParams, *, seed: int) -> list[Sample]:
+        out = []
+        for prompt in prompts:
+            turns_so_far = (sum(1 for t in prompt if t == self.codec.im_start) - 3) // 2
+            ids = self._ids(turns_so_far)[:params.max_new_tokens]
+            self.returned.append(list(ids))
+            stopped = bool(ids) and ids[-1] in params.stop_token_ids
+            out.append(Sample(ids, [-0.25] * len(ids), "stop" if stopped else "length"))
+        self.calls += 1
+        return out
+
+    def score(self, prompt, completion, params) -> list[float]:
+        return [-0.25] * len(completion)
+
+
+def is_nan(x: float) -> bool:
+    return isinstance(x, float) and math.isnan(x)

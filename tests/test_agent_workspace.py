@@ -1,0 +1,218 @@
+"""The policy workspace and the tools executed against it (host side and in the sandbox)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rlvr.agent.executor import ToolExecutor
+from rlvr.agent.tools import ToolCall
+from rlvr.agent.workspace import Workspace, WorkspaceError
+from rlvr.sandbox.base import RunResult
+from agentkit import COUNT_BUGGY, count_task, leak_lines
+
+
+@pytest.fixture
+def ws(tmp_path):
+    with Workspace.create(count_task(), tmp_path) as w:
+        yield w
+
+
+def run(ex: ToolExecutor, name: str, **args):
+    return ex.execute(ToolCall(name, args))
+
+
+def host(ws, cap=4000, sandbox=None, timeout=20.0):
+    return ToolExecutor(ws, sandbox, timeout_s=timeout, observation_cap=cap)
+
+
+def test_workspace_holds_the_buggy_repo_and_nothing_hidden(ws):
+    task = ws.task
+    files = ws.snapshot()
+    assert files == task.repo_files
+    assert ws.checksum() == task.hashes()["snapshot_hash"]
+    on_disk = "\n".join(p.read_text(errors="replace") for p in ws.root.rglob("*")
+                        if p.is_file() and ".git" not in p.parts)
+    for line in leak_lines(task):
+        assert line not in on_disk
+    assert (ws.repo / ".git").is_dir()  # materialize's pristine commit
+    assert (ws.public / "tests" / "test_public.py").read_text() == task.repo_files[
+        "tests/test_public.py"]
+
+
+@pytest.mark.parametrize("path,message", [
+    ("/etc/passwd", "absolute"),
+    ("../outside.py", "'..'"),
+    ("mini/../../x", "'..'"),
+    (".git/config", ".git"),
+    ("nope.py", "no such file"),
+    ("mini/core.py/x", "not a directory"),
+])
+def test_resolve_refuses_escapes(ws, path, message):
+    with pytest.raises(WorkspaceError, match=message):
+        ws.resolve(path)
+
+
+def test_symlinks_fifos_hardlinks_and_binaries_are_refused(ws, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET host file\n")
+    os.symlink(secret, ws.repo / "mini" / "link.py")
+    os.symlink(tmp_path, ws.repo / "linkdir")
+    os.mkfifo(ws.repo / "mini" / "pipe.py")
+    os.link(ws.repo / "mini" / "core.py", ws.repo / "mini" / "hard.py")
+    (ws.repo / "mini" / "blob.py").write_bytes(b"\x00\x01binary")
+    (ws.repo / "mini" / "latin.py").write_bytes("caf\xe9".encode("latin-1"))
+    ex = host(ws)
+    for path, msg in [("mini/link.py", "symbolic link"), ("linkdir/secret.txt", "symbolic link"),
+                      ("mini/pipe.py", "not a regular file"), ("mini/hard.py", "hard-linked"),
+                      ("mini/blob.py", "binary"), ("mini/latin.py", "binary")]:
+        obs = run(ex, "view", path=path)
+        assert obs.status == "error" and msg in obs.observation, (path, obs.observation)
+        assert "TOP SECRET" not in obs.observation
+    edit = run(ex, "edit", path="mini/link.py", old="TOP", new="x")
+    assert edit.status == "error" and secret.read_text() == "TOP SECRET host file\n"
+    listing = run(ex, "view", path=".").observation
+    assert "link.py" not in listing and "secret" not in listing
+    found = run(ex, "search", pattern="TOP SECRET").observation
+    assert found.startswith("no matches")
+
+
+def test_view_file_range_and_directory(ws):
+    ex = host(ws)
+    whole = run(ex, "view", path="mini/core.py")
+    assert whole.status == "ok"
+    assert "   5|         if v <= limit:" in whole.observation
+    part = run(ex, "view", path="mini/core.py", start=4, end=5).observation
+    assert part.splitlines() == ["mini/core.py (lines 4-5 of 11)", "   4|     for v in values:",
+                                 "   5|         if v <= limit:"]
+    assert run(ex, "view", path="mini/core.py", start=50).status == "error"
+    listing = run(ex, "view", path=".").observation
+    assert "mini/core.py" in listing and "tests/test_public.py" in listing
+    assert ".git" not in listing
+
+
+def test_search_is_literal(ws):
+    ex = host(ws)
+    obs = run(ex, "search", pattern="v <= limit").observation
+    assert obs.splitlines()[1] == "mini/core.py:5:         if v <= limit:"
+    assert run(ex, "search", pattern="(.*)+$").observation.startswith("no matches")
+    assert run(ex, "search", pattern="count_below", path="tests").observation.startswith("5 matches")
+
+
+def test_edit_replace_and_hunk(ws):
+    ex = host(ws)
+    obs = run(ex, "edit", path="mini/core.py", old="if v <= limit:", new="if v < limit:")
+    assert obs.status == "ok" and obs.observation == "edited mini/core.py"
+    assert "if v < limit:" in (ws.repo / "mini/core.py").read_text()
+    obs = run(ex, "edit", path="mini/core.py",
+              hunk="@@ -11,1 +11,1 @@\n-    return [v * factor for v in values]\n"
+                   "+    return [factor * v for v in values]\n")
+    assert obs.status == "ok"
+    assert "factor * v" in (ws.repo / "mini/core.py").read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"path": "mini/core.py", "old": "n", "new": "m"}, "occurs"),
+    ({"path": "mini/core.py", "old": "not there", "new": "m"}, "occurs 0 times"),
+    ({"path": "mini/core.py", "old": "n = 0", "new": "n = 0"}, "changes nothing"),
+    ({"path": "tests/test_public.py", "old": "== 1", "new": "== 2"}, "read-only"),
+    ({"path": "mini/core.py", "hunk": "-nothing like this\n+x\n"}, "do not match"),
+])
+def test_edit_errors(ws, args, message):
+    obs = run(host(ws), "edit", **args)
+    assert obs.status == "error" and message in obs.observation
+    assert (ws.repo / "mini/core.py").read_text() == COUNT_BUGGY
+
+
+def test_config_files_are_read_only(ws):
+    (ws.repo / "conftest.py").write_text("x = 1\n")
+    obs = run(host(ws), "edit", path="conftest.py", old="x = 1", new="x = 2")
+    assert obs.status == "error" and "configuration" in obs.observation
+
+
+def test_observations_are_capped_with_a_marker(ws):
+    (ws.repo / "mini" / "big.py").write_text("".join(f"# line {i}\n" for i in range(2000)))
+    obs = run(host(ws, cap=300), "view", path="mini/big.py")
+    assert obs.truncated and obs.raw_chars > 300
+    assert "[... truncated " in obs.observation
+    assert len(obs.observation) <= 300 + len("\n[... truncated 99999 chars]\n")
+
+
+# ---- run_tests in the sandbox ----------------------------------------------------------------
+def test_run_tests_runs_the_public_tests_in_the_sandbox(ws, bwrap_sandbox):
+    ex = host(ws, sandbox=bwrap_sandbox)
+    obs = run(ex, "run_tests")
+    assert obs.status == "ok"
+    assert "1 failed, 1 passed" in obs.observation
+    assert "[pytest exit code 1]" in obs.observation
+    run(ex, "edit", path="mini/core.py", old="if v <= limit:", new="if v < limit:")
+    obs = run(ex, "run_tests", path="tests/test_public.py::test_count_below_basic")
+    assert "1 passed" in obs.observation and "[pytest exit code 0]" in obs.observation
+    bad = run(ex, "run_tests", path="mini/core.py")
+    assert bad.status == "error" and "not a public test" in bad.observation
+
+
+def test_policy_code_cannot_touch_tests_git_or_network(ws, bwrap_sandbox):
+    probe = '''
+import os, socket
+def _try(f):
+    try:
+        f(); return "ok"
+    except Exception as e:
+        return type(e).__name__
+with open("probe.txt", "w") as out:
+    print("WRITE_TEST", _try(lambda: open("tests/test_public.py", "a").write("x")), file=out)
+    print("NEW_CONFTEST", _try(lambda: open("tests/conftest.py", "w").write("x")), file=out)
+    print("GIT", sorted(os.listdir(".git")), file=out)
+    print("NET", _try(lambda: socket.create_connection(("1.1.1.1", 53), timeout=1)), file=out)
+if not os.path.lexists("mini/planted.py"):
+    os.symlink("/etc/passwd", "mini/planted.py")
+'''
+    (ws.repo / "mini" / "__init__.py").write_text(probe)
+    obs = run(host(ws, sandbox=bwrap_sandbox), "run_tests")
+    assert obs.status == "ok", obs.observation
+    out = (ws.repo / "probe.txt").read_text()
+    assert "WRITE_TEST OSError" in out or "WRITE_TEST PermissionError" in out
+    assert "NEW_CONFTEST ok" not in out
+    assert "GIT []" in out
+    assert "NET ok" not in out
+    assert (ws.repo / "tests" / "test_public.py").read_text() == ws.task.repo_files[
+        "tests/test_public.py"]
+    # the planted symlink exists on the host now, and the host-side tools refuse it
+    assert (ws.repo / "mini" / "planted.py").is_symlink()
+    assert "symbolic link" in run(host(ws), "view", path="mini/planted.py").observation
+
+
+def test_run_tests_timeout_is_the_policys_problem(ws, bwrap_sandbox):
+    (ws.repo / "mini" / "__init__.py").write_text("while True:\n    pass\n")
+    obs = run(host(ws, sandbox=bwrap_sandbox, timeout=1.5), "run_tests")
+    assert obs.status == "timeout" and "timed out after 1.5s" in obs.observation
+
+
+class BrokenSandbox:
+    name, python = "broken", "/usr/bin/python3"
+
+    def run(self, argv, **kw) -> RunResult:
+        raise OSError("bwrap: cannot create user namespace")
+
+
+def test_a_broken_sandbox_is_an_infra_error(ws):
+    obs = run(host(ws, sandbox=BrokenSandbox()), "run_tests")
+    assert obs.status == "infra_error"
+    assert "not your fault" in obs.observation and "OSError" in obs.detail
+
+
+def test_run_tests_on_every_sandbox_backend(tmp_path, sandbox_backend):
+    from rlvr.sandbox import get_sandbox
+
+    with Workspace.create(count_task(), tmp_path) as w:
+        (w.repo / "mini" / "__init__.py").write_text(
+            "try:\n    open('tests/test_public.py', 'a').write('x')\nexcept OSError:\n    pass\n")
+        ex = host(w, sandbox=get_sandbox(sandbox_backend))
+        obs = run(ex, "run_tests")
+        assert obs.status == "ok", obs.observation
+        assert "1 failed, 1 passed" in obs.observation
+        run(ex, "edit", path="mini/core.py", old="if v <= limit:", new="if v < limit:")
+        assert "2 passed" in run(ex, "run_tests").observation
+        assert (w.repo / "tests" / "test_public.py").read_text() == w.task.repo_files[
+            "tests/test_public.py"]
