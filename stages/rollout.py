@@ -32,7 +32,7 @@ from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig, env_version
 from rlvr.agent.passport import (passport_row, read_trajectories, rebuild_check,
                                  write_trajectories)
 from rlvr.agent.repetition import RepetitionParams
-from rlvr.agent.reward import RewardParams
+from rlvr.rl.reward import RewardParams
 from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import file_sha256, write_table

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from rlvr.agent.repetition import RepetitionGuard, RepetitionParams, first_repetition
-from rlvr.agent.reward import (RewardParams, format_reward, length_fraction, rollout_outcome,
+from rlvr.rl.reward import (RewardParams, format_reward, length_fraction, rollout_outcome,
                                total_reward, trajectory_reward)
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 

@@ -8,10 +8,11 @@ rollout passport and the concurrent collector.
     prompt.py      the system prompt and the user message
     transcript.py  `ChatCodec` (segment tokenization) and `Transcript` (ids/mask/logprobs)
     repetition.py  the n-gram repetition guard
-    reward.py      R = R_outcome + λ_fmt·R_format − α·|τ_gen|/T_max (pure functions)
     episode.py     one episode as a state machine; `run_episode`
     collector.py   G rollouts per task, batched generation, tools in a thread pool
     passport.py    the `trajectories` row, alignment check, `rebuild_check`, `with_outcome`
+
+The trajectory reward (SPEC §5) is `rlvr/rl/reward.py`.
 
 Modules are imported explicitly (`from rlvr.agent.episode import ...`): importing the
 package itself loads nothing.

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from rlvr.agent.executor import ToolExecutor, ToolResult, cap_text
 from rlvr.agent.prompt import SYSTEM_PROMPT, prompt_fingerprint, user_message
 from rlvr.agent.repetition import RepetitionGuard, RepetitionParams
-from rlvr.agent.reward import RewardParams
+from rlvr.rl.reward import RewardParams
 from rlvr.agent.tools import ParsedAction, ToolCall, parse_action, tools_fingerprint
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace

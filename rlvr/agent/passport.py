@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from rlvr.agent.episode import ENV_NAME, Episode, env_version
 from rlvr.agent.repetition import RepetitionParams, first_repetition
-from rlvr.agent.reward import (FORCED_ZERO_STOPS, format_reward, length_fraction,
+from rlvr.rl.reward import (FORCED_ZERO_STOPS, format_reward, length_fraction,
                                rollout_outcome, trajectory_reward)
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
