@@ -171,6 +171,39 @@ def test_hidden_module_that_fails_to_import_only_loses_its_own_tests(enclave):
     assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}
 
 
+def test_output_fixtures_work_and_output_is_harmless(enclave):
+    """A suite that names caplog/capsys keeps pytest's capture and logging plugins (runs of
+    other suites drop them); code that prints and logs passes either way."""
+    chatty = with_core(FIXED_CORE.replace(
+        "def mean(xs):\n",
+        "def mean(xs):\n    import logging\n    print('mean of', xs)\n"
+        "    logging.getLogger('mathpkg').warning('mean of %s', xs)\n"))
+    io_tests = ("import logging\n\nfrom mathpkg import mean\n\n\n"
+                "def test_caplog(caplog):\n    with caplog.at_level(logging.WARNING):\n"
+                "        assert mean([2, 4]) == 3\n    assert 'mean of' in caplog.text\n\n\n"
+                "def test_capsys(capsys):\n    assert mean([1, 3]) == 2\n"
+                "    assert 'mean of' in capsys.readouterr().out\n")
+    with_io = make_task(task_id="tiny-io", hidden_tests={**HIDDEN, "test_io.py": io_tests})
+    run = enclave.run_suite(with_io, patch_to(chatty), seed=1)
+    # logging's caller lookup (sys._getframe) is refused and flagged; logging copes with it
+    assert run.status == "ok" and not run.tampered
+    assert run.outcomes["test_io.py::test_caplog"] == "passed"
+    assert run.outcomes["test_io.py::test_capsys"] == "passed"
+    plain = enclave.run_suite(TASK, patch_to(chatty), seed=1)
+    assert plain.status == "ok" and not plain.tampered
+    assert plain.outcomes == {t: "passed" for t in ALL_HIDDEN}
+
+
+def test_patched_module_runs_its_new_code_not_the_precompiled_pristine_one(enclave):
+    """The server ships hash-checked .pyc files of the pristine snapshot; a module the patch
+    changed must be compiled from its patched source (first run by git, then from the
+    consensus cache of the applied tree)."""
+    for seed in (1, 2):
+        assert enclave.run_suite(TASK, "", seed=seed).outcomes != {t: "passed" for t in ALL_HIDDEN}
+        fixed = enclave.run_suite(TASK, TASK.reference_patch, seed=seed)
+        assert fixed.outcomes == {t: "passed" for t in ALL_HIDDEN}
+
+
 def test_verify_many_keeps_input_order(enclave):
     items = [(TASK, TASK.reference_patch), (TASK, ""), (TASK, patch_to(with_core(WRONG_CORE)), 9)]
     verdicts = enclave.verify_many(items, seed=5)

@@ -4,15 +4,21 @@ Only the diff crosses from the policy workspace. `Enclave.verify` checks it stat
 (policy.py — no code runs for a rejected patch), then hands it, with the task's pristine
 snapshot and hidden tests, to a warm fork-server running inside a fresh sandbox (bwrap or
 docker): `_inside/server.py` forks one child per run, which gets a fresh copy of the
-snapshot, `git apply --check`s and applies the patch, and runs the hidden suite under the
+snapshot, `git apply`s the patch (atomically: nothing is written unless every hunk applies
+exactly, as with `--check` first), and runs the hidden suite under the
 sealed runner (`_inside/runner.py`, whose docstring states the threat model and the
 residual risks). What comes back is per-test outcomes (kept on this trusted side, for
 curation) and coarse flags; `Verdict.public()` is the only thing that leaves the verifier.
 
 Speed: the sandbox, the interpreter, pytest's import and plugin registration are paid once
-per worker; a run costs a fork, writing the snapshot, `git apply` (skipped on consensus
-re-runs of the same patch: the server caches the tree git produced) and the tests, whose
-per-test cost is pytest's own plus ~0.1 ms of checks. bench/enclave.py measures it.
+per worker, and compiling the snapshot's modules once per task (hash-checked .pyc files the
+import system ignores for any file the patch changed); a run costs a fork, writing the
+snapshot, one `git apply` (skipped on consensus re-runs of the same patch: the server
+caches the tree git produced) and the tests, whose per-test cost is pytest's own plus
+~0.1 ms of checks. Pytest's capture and logging plugins are dropped for suites that use
+none of their fixtures, test reports skip computing source locations, and the server
+reads the child's records in batches instead of waking per test. bench/enclave.py
+measures it.
 
 Flaky-test consensus: a patch that passes once is re-run `consensus_runs - 1` more times,
 each in a fresh child with its own seed and test order (derived from the verdict seed), and
@@ -30,7 +36,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from rlvr.errors import SandboxUnavailable
 from rlvr.enclave.policy import PatchCheck, check_patch
@@ -407,9 +413,11 @@ class Enclave:
         missing = [t for t in graded if t not in run.outcomes]
         return "tests_failed", f"{len(missing)} graded test(s) missing" if missing else run.detail
 
-    def verify_many(self, items: Iterable[tuple], seed: int = 0) -> list[Verdict]:
+    def verify_many(self, items: Iterable[tuple], seed: int = 0,
+                    progress: Callable[[int], object] | None = None) -> list[Verdict]:
         """Verify many (task, patch) or (task, patch, seed) items on all workers in parallel;
-        results come back in input order. Items without a seed get derive_seed(seed, i+1)."""
+        results come back in input order. Items without a seed get derive_seed(seed, i+1).
+        `progress(1)` is called as each verdict lands (a stage's progress bar)."""
         jobs = []
         for i, item in enumerate(items):
             if len(item) == 3:
@@ -420,8 +428,14 @@ class Enclave:
             jobs.append((task, patch, int(s)))
         if not jobs:
             return []
+        def one(job: tuple) -> Verdict:
+            verdict = self.verify(job[0], job[1], seed=job[2])
+            if progress is not None:
+                progress(1)
+            return verdict
+
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlvr-verify") as pool:
-            return list(pool.map(lambda j: self.verify(j[0], j[1], seed=j[2]), jobs))
+            return list(pool.map(one, jobs))
 
 
 def _shutdown(workers: list[_Worker], spawner: ThreadPoolExecutor) -> None:

@@ -9,13 +9,15 @@ install the audit hook, and print one ``ready`` JSON line.
 Per request (one JSON line on stdin → one JSON line on stdout):
 
 * the task snapshot and hidden tests travel once per task and are cached under the task key
-  (hidden tests are compiled in memory, instrumented, and their source dropped);
+  (hidden tests are compiled in memory, instrumented, and their source dropped; the
+  snapshot's own modules are compiled to hash-checked .pyc images);
 * a child is forked. It moves to its own session, points fds 0-2 at /dev/null, reads the
   per-run HMAC key from a pipe and closes it, drops to a fresh unprivileged uid (when the
   server runs as root with CAP_SETUID — never the same uid twice in a row), sets rlimits,
-  writes a pristine copy of the snapshot to a fixed run directory, ``git apply --check``
-  then ``git apply`` the patch, and runs the hidden suite (runner.py). Only signed records
-  on the results pipe count;
+  writes a pristine copy of the snapshot to a fixed run directory, ``git apply``s the patch
+  (atomic: every hunk is checked before anything is written, so this is ``--check`` and
+  apply in one process), adds the snapshot's precompiled hash-checked .pyc files, and runs
+  the hidden suite (runner.py). Only signed records on the results pipe count;
 * the server enforces the wall-clock limit, reaps the child with ``wait4`` (CPU seconds and
   max RSS), kills every leftover process of that uid (a helper that takes the uid and calls
   ``kill(-1, SIGKILL)``) and wipes the run directory before answering.
@@ -29,6 +31,7 @@ Stdlib + pytest only.
 from __future__ import annotations
 
 import collections
+import fcntl
 import gc
 import hashlib
 import hmac
@@ -53,6 +56,11 @@ ENCLAVE_ROOT = "/tmp/rlvr-enclave"
 SERVER_DIR = "/tmp/rlvr-server"
 CACHE_TASKS = 128
 MAX_RECORD_BYTES = 4 << 20
+# The supervisor drains the record pipes every DRAIN_EVERY seconds and when the child exits,
+# not on every record: waking it per record (one per test) costs the child a context switch
+# per test. Pipes are enlarged to PIPE_BYTES so that a child rarely waits for a drain.
+DRAIN_EVERY = 0.02
+PIPE_BYTES = 1 << 20
 PR_SET_DUMPABLE = 4
 
 
@@ -155,7 +163,7 @@ class Server:
         if req.get("task") is not None:
             task = req["task"]
             suite = runner.compile_suite(task["hidden"], self.placeholder)
-            self.tasks[key] = (task["files"], suite)
+            self.tasks[key] = (task["files"], suite, runner.compile_snapshot(task["files"]))
             while len(self.tasks) > CACHE_TASKS:
                 self.tasks.popitem(last=False)
             req["task"] = None
@@ -163,8 +171,8 @@ class Server:
         if key not in self.tasks:
             return {"id": req.get("id"), "status": "need_task"}
         self.tasks.move_to_end(key)
-        files, suite = self.tasks[key]
-        reply = self.run(files, suite, req, key)
+        files, suite, pycs = self.tasks[key]
+        reply = self.run(files, suite, req, key, pycs)
         reply["id"] = req.get("id")
         return reply
 
@@ -181,7 +189,7 @@ class Server:
             self.pending = None
             self.cleanup(pid, uid)
 
-    def run(self, files: dict, suite, req: dict, task_key: str) -> dict:
+    def run(self, files: dict, suite, req: dict, task_key: str, pycs: dict | None = None) -> dict:
         self.finish_pending()
         limits = req.get("limits") or {}
         wall = float(limits.get("wall", 30.0))
@@ -200,6 +208,12 @@ class Server:
         res_r, res_w = os.pipe()
         key_r, key_w = os.pipe()
         tree_r, tree_w = os.pipe()
+        for fd in (res_r, tree_r):
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            except (AttributeError, OSError):  # over the user's pipe budget: default size
+                pass
+            os.set_blocking(fd, False)
         start = time.monotonic()
         sys.stdout.flush()
         pid = os.fork()
@@ -208,7 +222,7 @@ class Server:
             try:
                 for fd in (res_r, key_w, tree_r):
                     os.close(fd)
-                runner.child_main(job, files, suite, res_w, key_r, tree_w, self.prepared)
+                runner.child_main(job, files, suite, res_w, key_r, tree_w, self.prepared, pycs)
                 code = 0
             finally:
                 os._exit(code)
@@ -242,7 +256,10 @@ class Server:
         return summarize(parsed, status, ru, timed_out, elapsed, limits, self.privsep)
 
     def supervise(self, pid: int, fds: tuple, deadline: float):
-        """Drain the results (and tree) pipes until the child exits, or the deadline."""
+        """Drain the results (and tree) pipes until the child exits, or the deadline.
+
+        The pipes are non-blocking and drained every DRAIN_EVERY seconds and once the child
+        has exited; while it runs the loop waits on the child's pidfd only."""
         res_r, tree_r = fds
         buf = bytearray()
         tree = bytearray()
@@ -254,44 +271,37 @@ class Server:
             pidfd = None
         eof = exited = False
         exit_time = None
-        while not (eof and exited):
+        while True:
+            if tree_open:
+                tree_open, _ = _drain(tree_r, tree, stop_when_full=True)
+            if not eof:
+                res_open, full = _drain(res_r, buf, stop_when_full=False)
+                eof = not res_open
+                overflow = overflow or full
+            if eof and exited:
+                break
             now = time.monotonic()
             if now >= deadline:
                 break
             if exited and exit_time is not None and now - exit_time > 0.5:
                 break  # a descendant keeps the pipe open; the child itself is done
-            wait = [res_r] if not eof else []
-            if tree_open:
-                wait.append(tree_r)
-            if pidfd is not None and not exited:
-                wait.append(pidfd)
-            timeout = deadline - now
-            if pidfd is None or exited:
-                timeout = min(timeout, 0.05)
-            ready, _, _ = select.select(wait, [], [], timeout) if wait else ([], [], [])
-            if not wait:
-                time.sleep(min(0.01, max(0.0, deadline - now)))
-            if tree_r in ready:
-                chunk = os.read(tree_r, 1 << 16)
-                if not chunk:
-                    tree_open = False
-                elif len(tree) < MAX_RECORD_BYTES:
-                    tree += chunk
-                else:
-                    tree_open = False
-            if res_r in ready:
-                chunk = os.read(res_r, 1 << 16)
-                if not chunk:
-                    eof = True
-                elif len(buf) < MAX_RECORD_BYTES:
-                    buf += chunk
-                else:
-                    overflow = True
-            if not exited and ((pidfd is not None and pidfd in ready) or pidfd is None):
-                done, _ = _peek_exit(pid)
-                if done:
-                    exited = True
-                    exit_time = time.monotonic()
+            timeout = min(deadline - now, DRAIN_EVERY)
+            if exited:
+                # Only the pipes are left: wait for their EOF (or more data).
+                wait = ([res_r] if not eof else []) + ([tree_r] if tree_open else [])
+                if wait:
+                    select.select(wait, [], [], timeout)
+                continue
+            if pidfd is not None:
+                ready, _, _ = select.select([pidfd], [], [], timeout)
+                if pidfd not in ready:
+                    continue
+            else:
+                time.sleep(min(timeout, 0.005))
+            done, _ = _peek_exit(pid)
+            if done:
+                exited = True
+                exit_time = time.monotonic()
         if pidfd is not None:
             os.close(pidfd)
         timed_out = not exited and time.monotonic() >= deadline
@@ -367,6 +377,25 @@ def _wipe(path: str) -> None:
 
     if os.path.lexists(path):
         shutil.rmtree(path, onerror=fix)
+
+
+def _drain(fd: int, out: bytearray, *, stop_when_full: bool) -> tuple[bool, bool]:
+    """Read what a non-blocking pipe holds into `out` (at most MAX_RECORD_BYTES are kept).
+    Returns (still open, over the limit); with `stop_when_full` a full buffer also closes."""
+    full = False
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return True, full
+        if not chunk:
+            return False, full
+        if len(out) < MAX_RECORD_BYTES:
+            out += chunk
+        elif stop_when_full:
+            return False, True
+        else:
+            full = True
 
 
 def _peek_exit(pid: int) -> tuple[bool, int]:
