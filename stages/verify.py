@@ -32,16 +32,18 @@ class SelfCheckFailed(RlvrError):
     """The verifier disagreed with a patch whose verdict is known in advance."""
 
 
-def verdict_rows(tasks_path: Path, patches_path: Path, params: VerifyParams,
+def verdict_rows(tasks_paths: list[Path], patches_path: Path, params: VerifyParams,
                  sandbox: SandboxParams) -> list[dict]:
     from rlvr.enclave import Enclave, derive_seed
 
-    tasks = load_tasks(tasks_path)
+    tasks = [t for path in tasks_paths for t in load_tasks(path)]
     by_id = {t.task_id: t for t in tasks}
     patches = read_table(patches_path, schemas.PATCHES, contract="patches").to_pylist()
     for row in patches:
         if row["task_id"] not in by_id:
-            get_task(tasks, row["task_id"], f"{patches_path} (candidate {row['candidate_id']})")
+            get_task(tasks, row["task_id"],
+                     f"{', '.join(map(str, tasks_paths))} (candidate {row['candidate_id']} "
+                     f"of {patches_path})")
     # A candidate's seed depends on its id, not its position: verdicts don't change when
     # the patches file is reordered or extended.
     items = [(by_id[r["task_id"]], r["patch"],
@@ -93,7 +95,8 @@ def check_selfcheck(rows: list[dict]) -> None:
 @exit_on_error
 def main(argv: list[str] | None = None) -> None:
     p = parser("verify", __doc__)
-    p.add_argument("--tasks", type=Path, required=True)
+    p.add_argument("--tasks", type=Path, action="append", required=True,
+                   help="a tasks Parquet (repeat for several pools)")
     p.add_argument("--patches", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--metrics", type=Path, required=True)
@@ -101,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     params = load_section(VerifyParams, "verify", args.params)
     sandbox = load_section(SandboxParams, "sandbox", args.params)
-    with stage_run("verify", params, inputs={"tasks": args.tasks, "patches": args.patches},
+    inputs = {f"tasks{i}": path for i, path in enumerate(args.tasks)}
+    with stage_run("verify", params, inputs={**inputs, "patches": args.patches},
                    metrics_path=args.metrics) as run:
         rows = verdict_rows(args.tasks, args.patches, params, sandbox)
         if args.selfcheck:
