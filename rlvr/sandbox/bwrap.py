@@ -347,6 +347,8 @@ class BwrapSandbox:
         deadline = start + limits.wall_seconds
         out, err, timed_out = _pump(proc, stdin, deadline, limits.output_bytes)
         status, _rusage = _wait4(proc, deadline if not timed_out else None)
+        if uid is not None:
+            _sweep_uid(uid)
         wall = time.monotonic() - start
         exit_code, sig = None, None
         if os.WIFEXITED(status):
@@ -466,6 +468,42 @@ def _pump(
                 except OSError:
                     pass
     return out, err, timed_out
+
+
+def _uid_pids(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _sweep_uid(uid: int, grace: float = 5.0) -> None:
+    """Kill, and wait out, every process still running as this call's private uid.
+
+    Tearing down bwrap's pid namespace kills its members asynchronously; without this a
+    detached grandchild could still write to a mount for a moment after `run` returned. The
+    uid is unique to the call, so nothing else is touched."""
+    end = time.monotonic() + grace
+    while True:
+        pids = _uid_pids(uid)
+        if not pids or time.monotonic() > end:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
