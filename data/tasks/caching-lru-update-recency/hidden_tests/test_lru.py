@@ -111,3 +111,21 @@ def test_lru_key_and_clear():
     c.clear()
     assert len(c) == 0
     assert c.stats.evictions == 0
+
+
+def test_resize_to_one_keeps_most_recent():
+    c = LRUCache(3)
+    for k in "abc":
+        c.put(k, k)
+    c.get("a")
+    assert c.resize(1) == [("b", "b"), ("c", "c")]
+    assert c.keys() == ["a"]
+    assert c.stats.evictions == 2
+
+
+def test_pop_default_and_membership():
+    c = LRUCache(2)
+    c.put("a", 1)
+    assert c.pop("zz", "dflt") == "dflt"
+    assert ("a" in c) is True
+    assert ("zz" in c) is False

@@ -127,3 +127,30 @@ def test_memoize_caches_none_results():
     nothing(1)
     nothing(1)
     assert calls == [1]
+
+
+def test_memoize_maxsize_one():
+    calls = []
+
+    @memoize(maxsize=1)
+    def f(x):
+        calls.append(x)
+        return -x
+
+    assert f(2) == -2
+    assert f(2) == -2
+    f(3)
+    f(2)
+    assert calls == [2, 3, 2]
+    assert f.cache_info() == CacheInfo(1, 3, 1, 1)
+
+
+def test_memoize_keyword_values_are_part_of_key():
+    @memoize()
+    def add(a, b=0):
+        return a + b
+
+    assert add(1, b=2) == 3
+    assert add(1, b=5) == 6
+    assert add.cache_info().misses == 2
+    assert make_key((), {"x": 1}) != make_key((), {"x": 2})

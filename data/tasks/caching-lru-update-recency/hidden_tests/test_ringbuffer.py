@@ -1,3 +1,5 @@
+import weakref
+
 import pytest
 
 from caching import BoundedQueue, Empty, Full, RingBuffer
@@ -128,3 +130,24 @@ def test_bounded_queue_drain_and_capacity():
     q.put(9)
     assert q.drain() == [9]
     assert q.remaining_capacity() == 5
+
+
+class _Item:
+    pass
+
+
+def test_popped_items_are_released():
+    for method in ("popleft", "pop"):
+        rb = RingBuffer(2)
+        item = _Item()
+        ref = weakref.ref(item)
+        rb.append(item)
+        del item
+        getattr(rb, method)()
+        assert ref() is None, method
+
+
+def test_offer_returns_booleans():
+    q = BoundedQueue(1)
+    assert q.offer(1) is True
+    assert q.offer(2) is False

@@ -58,3 +58,7 @@ def test_equality_and_repr():
     assert CacheStats(1, 2) != CacheStats(2, 1)
     assert CacheStats() != "CacheStats()"
     assert repr(CacheStats(1, 2, 3, 4)) == "CacheStats(hits=1, misses=2, evictions=3, expirations=4)"
+
+
+def test_eq_with_other_type_is_false():
+    assert (CacheStats() == "CacheStats()") is False

@@ -136,3 +136,26 @@ def test_capacity_tie_broken_by_key():
     c.put("a", 2)
     c.put("c", 3)
     assert c.live_keys() == ["b", "c"]
+
+
+def test_touch_preserves_value():
+    clock = LogicalClock()
+    c = TTLCache(clock, ttl=3)
+    c.put("a", "value")
+    clock.tick(2)
+    c.touch("a")
+    clock.tick(2)
+    assert c.get("a") == "value"
+
+
+def test_get_missing_and_expired_return_default():
+    clock = LogicalClock()
+    c = TTLCache(clock, ttl=1)
+    assert c.get("nope", "d") == "d"
+    assert c.stats.misses == 1
+    c.put("a", 1)
+    clock.tick()
+    assert c.get("a", "gone") == "gone"
+    assert c.stats.misses == 2
+    assert c.touch("a") is False
+    assert c.touch("zz") is False

@@ -188,3 +188,17 @@ def test_format_value_quotes_only_when_needed():
     assert format_value(" pad") == '" pad"'
     assert format_value('"x" y') == "'\"x\" y'"
     assert format_value("") == ""
+
+
+def test_strip_inline_comment_at_second_character():
+    assert strip_inline_comment(" ; note") == ""
+    assert strip_inline_comment("x #") == "x"
+
+
+def test_error_messages_distinguish_problems():
+    with pytest.raises(ConfigError, match="empty key"):
+        parse_ini("= value")
+    with pytest.raises(ConfigError, match="expected key = value"):
+        parse_ini("novalue")
+    with pytest.raises(ConfigError, match="malformed section header"):
+        parse_ini("[x")

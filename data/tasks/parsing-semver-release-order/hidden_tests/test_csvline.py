@@ -113,3 +113,23 @@ def test_column_indexes():
         column(rows, 3)
     with pytest.raises(IndexError):
         column(rows, -4)
+
+
+def test_split_escaped_quote_right_before_end_is_unterminated():
+    with pytest.raises(CSVError, match="unterminated") as info:
+        split_csv_line('"a""')
+    assert info.value.pos == 4
+
+
+def test_split_trailing_text_after_closing_quote_at_end():
+    with pytest.raises(CSVError) as info:
+        split_csv_line('"ab"c')
+    assert info.value.pos == 4
+    assert split_csv_line('"ab"') == ["ab"]
+
+
+def test_column_error_message():
+    with pytest.raises(IndexError, match="width 2"):
+        column([["a", "b"]], 2)
+    with pytest.raises(IndexError, match="width 2"):
+        column([["a", "b"]], -3)

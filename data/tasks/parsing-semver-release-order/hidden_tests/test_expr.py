@@ -183,3 +183,24 @@ def test_to_source_minimal_parentheses():
     assert to_source(parse("2 ^ (-x)")) == "2 ^ -x"
     assert to_source(parse("2 ^ (x * y)")) == "2 ^ (x * y)"
     assert to_source(parse("(-a) * b")) == "-a * b"
+
+
+def test_parse_error_messages_are_specific():
+    with pytest.raises(ParseError, match="unexpected end of input"):
+        parse("1 +")
+    with pytest.raises(ParseError, match="expected RPAREN"):
+        parse("(1 + 2")
+    with pytest.raises(ParseError, match=r"unexpected '\*' at position 0"):
+        parse("* 2")
+
+
+def test_single_argument_min_and_max():
+    assert evaluate_expression("min(5)") == 5
+    assert evaluate_expression("max(-5)") == -5
+
+
+def test_to_source_nested_negation_and_left_grouping():
+    assert to_source(parse("--a")) == "--a"
+    assert to_source(parse("-(-a)")) == "--a"
+    assert to_source(parse("(a + b) * c")) == "(a + b) * c"
+    assert to_source(parse("(a - b) / -c")) == "(a - b) / -c"

@@ -192,3 +192,19 @@ def test_sort_versions():
     versions = ["1.0.0", "0.9.0", "1.0.0-rc.2", "1.0.0-rc.10", "0.10.0"]
     assert sort_versions(versions) == ["0.9.0", "0.10.0", "1.0.0-rc.2", "1.0.0-rc.10", "1.0.0"]
     assert sort_versions(versions, reverse=True)[0] == "1.0.0"
+
+
+def test_version_defaults():
+    assert Version(3).core == (3, 0, 0)
+    assert str(Version(3, 1)) == "3.1.0"
+
+
+def test_plus_sign_inside_build_is_invalid():
+    with pytest.raises(VersionError):
+        parse_version("1.2.3+a+b")
+
+
+def test_caret_bound_for_zero_major_minor_one():
+    assert str(caret_upper_bound(parse_version("0.1.5"))) == "0.2.0"
+    assert satisfies("0.1.9", "^0.1.5")
+    assert not satisfies("0.2.0", "^0.1.5")

@@ -70,3 +70,8 @@ def test_name_boundaries_of_letter_ranges():
     for ch in "@[`{":
         with pytest.raises(TokenizeError):
             tokenize(ch)
+
+
+def test_tokenize_tight_commas_and_parens():
+    toks = tokenize("f(a,b)")
+    assert [(t.value, t.pos) for t in toks] == [("f", 0), ("(", 1), ("a", 2), (",", 3), ("b", 4), (")", 5), ("", 6)]

@@ -4,6 +4,7 @@ import heapq
 from collections import deque
 
 from .graph import GraphError
+from .traversal import bfs_levels
 
 INFINITY = float("inf")
 
@@ -113,8 +114,6 @@ def is_simple_path(graph, path):
 
 def eccentricity(graph, v):
     """Return the greatest hop distance from ``v`` to any reachable vertex."""
-    from .traversal import bfs_levels
-
     return max(bfs_levels(graph, v).values())
 
 

@@ -1,0 +1,60 @@
+"""Exact dense matrices and linear algebra on lists of lists."""
+
+from .errors import ShapeError, SingularMatrixError
+from .linalg import (
+    adjugate,
+    cofactor,
+    determinant,
+    determinant_cofactor,
+    inverse,
+    is_invertible,
+    nullity,
+    rank,
+    reduced_row_echelon,
+    row_echelon,
+    solve,
+)
+from .matrix import Matrix
+from .vectors import (
+    add_vectors,
+    argmax_abs,
+    cross,
+    dot,
+    is_orthogonal,
+    is_zero,
+    manhattan_distance,
+    norm_squared,
+    projection,
+    scale_vector,
+    squared_distance,
+    sub_vectors,
+)
+
+__all__ = [
+    "Matrix",
+    "ShapeError",
+    "SingularMatrixError",
+    "add_vectors",
+    "adjugate",
+    "argmax_abs",
+    "cofactor",
+    "cross",
+    "determinant",
+    "determinant_cofactor",
+    "dot",
+    "inverse",
+    "is_invertible",
+    "is_orthogonal",
+    "is_zero",
+    "manhattan_distance",
+    "norm_squared",
+    "nullity",
+    "projection",
+    "rank",
+    "reduced_row_echelon",
+    "row_echelon",
+    "scale_vector",
+    "solve",
+    "squared_distance",
+    "sub_vectors",
+]

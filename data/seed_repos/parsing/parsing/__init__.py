@@ -1,0 +1,63 @@
+"""Hand-written parsers: expressions, INI config, CSV lines and semver."""
+
+from .config import Config, ConfigError, dump_ini, parse_ini, split_key_value, strip_inline_comment, unquote
+from .csvline import CSVError, column, join_csv_line, needs_quoting, parse_csv, parse_records, quote_field, split_csv_line
+from .expr import EvalError, ParseError, Parser, apply_operator, evaluate, evaluate_expression, free_variables, parse, to_source
+from .semver import (
+    Version,
+    VersionError,
+    caret_upper_bound,
+    compare_identifiers,
+    compare_prerelease,
+    compare_versions,
+    max_satisfying,
+    parse_version,
+    satisfies,
+    sort_versions,
+    tilde_upper_bound,
+)
+from .tokenizer import Token, TokenizeError, read_name, read_number, token_kinds, tokenize
+
+__all__ = [
+    "CSVError",
+    "Config",
+    "ConfigError",
+    "EvalError",
+    "ParseError",
+    "Parser",
+    "Token",
+    "TokenizeError",
+    "Version",
+    "VersionError",
+    "apply_operator",
+    "caret_upper_bound",
+    "column",
+    "compare_identifiers",
+    "compare_prerelease",
+    "compare_versions",
+    "dump_ini",
+    "evaluate",
+    "evaluate_expression",
+    "free_variables",
+    "join_csv_line",
+    "max_satisfying",
+    "needs_quoting",
+    "parse",
+    "parse_csv",
+    "parse_ini",
+    "parse_records",
+    "parse_version",
+    "quote_field",
+    "read_name",
+    "read_number",
+    "satisfies",
+    "sort_versions",
+    "split_csv_line",
+    "split_key_value",
+    "strip_inline_comment",
+    "tilde_upper_bound",
+    "to_source",
+    "token_kinds",
+    "tokenize",
+    "unquote",
+]
