@@ -1,0 +1,70 @@
+"""Runs inside the sandbox: for each job, fork, run a few pytest node ids in the job's repo
+directory and record how each failing test failed (crash message + the failing test line).
+
+Stand-alone on purpose (stdlib + pytest only): it is executed by the sandbox interpreter as
+`python probe_driver.py JOBS.json` and must not import rlvr. pytest is imported once in the
+parent; every job runs in a forked child so a mutant's import side effects, infinite loops
+(SIGALRM) or crashes stay inside that job. Results go to `<job dir>/.probe.json`.
+"""
+import json
+import os
+import signal
+import sys
+
+
+class _Collect:
+    def __init__(self):
+        self.failures = {}
+
+    def pytest_runtest_logreport(self, report):
+        if not report.failed or report.nodeid in self.failures:
+            return
+        longrepr = report.longrepr
+        crash = getattr(longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(longrepr)[-2000:]
+        statement = ""
+        entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", None) or []
+        test_file = report.nodeid.split("::", 1)[0]
+        for entry in entries:
+            loc = getattr(entry, "reprfileloc", None)
+            if loc is not None and loc.path.replace(os.sep, "/").endswith(test_file):
+                lines = [ln for ln in getattr(entry, "lines", [])
+                         if not ln.startswith("E ") and ln.strip().strip("^~ ")]
+                statement = lines[-1].strip() if lines else ""
+        self.failures[report.nodeid] = {"when": report.when, "message": message[:2000],
+                                        "statement": statement[:500]}
+
+
+def _run_job(job):
+    os.chdir(job["dir"])
+    sys.path.insert(0, job["dir"])
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    signal.alarm(int(job["timeout"]))
+    import pytest
+
+    collect = _Collect()
+    code = pytest.main(["-q", "-vv", "-p", "no:cacheprovider", "--tb=short", "--rootdir", job["dir"],
+                        *job["tests"]], plugins=[collect])
+    with open(os.path.join(job["dir"], ".probe.json"), "w") as fh:
+        json.dump({"exit_code": int(code), "failures": collect.failures}, fh)
+
+
+def main(jobs_path):
+    import pytest  # noqa: F401  (imported once, shared by every forked job)
+
+    with open(jobs_path) as fh:
+        jobs = json.load(fh)
+    for job in jobs:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _run_job(job)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

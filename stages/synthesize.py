@@ -1,0 +1,114 @@
+"""Stage `synthesize`: seed families -> bug-injected, curated synthetic tasks (SPEC §2).
+
+Outputs: the tasks Parquet (rows sorted by task id: same seed + inputs -> byte-identical
+file), its rejection log beside it (every refused candidate with its reason), the yield
+report as DVC metrics (per operator, per family) and a per-(family, operator) yield table
+for `dvc plots`.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+
+from rlvr.artifacts import schemas
+from rlvr.artifacts.io import write_table, write_text
+from rlvr.config import load_section
+from rlvr.errors import exit_on_error
+from rlvr.sandbox.params import SandboxParams
+from rlvr.tasks.curation import CurationParams
+from rlvr.tasks.pool import save_tasks
+from rlvr.tasks.splits import SplitParams, check_split_hygiene
+from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
+from rlvr.tasks.synth.seeds import discover
+from rlvr.tracking.stage import stage_run
+from stages.common import parser, progress
+
+PLOT_COLUMNS = ("family", "operator", "candidates", "accepted", "yield")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageParams:
+    synth: SynthParams
+    curation: CurationParams
+    sandbox: SandboxParams
+
+
+def load_params(params_path: Path) -> StageParams:
+    synth = load_section(SynthParams, "synthesize", params_path)
+    cur = load_section(CurationParams, "curate", params_path)
+    split = load_section(SplitParams, "split", params_path)
+    return StageParams(synth, dataclasses.replace(cur, split=split),
+                       load_section(SandboxParams, "sandbox", params_path))
+
+
+def rejections_path(out: Path) -> Path:
+    return out.with_name(out.name.replace(".parquet", "") + ".rejections.parquet")
+
+
+def run_synthesis(seeds: Path, params: StageParams) -> SynthResult:
+    from rlvr.enclave import Enclave
+    from rlvr.sandbox import get_sandbox
+
+    families, skipped = discover(seeds, params.synth.families)
+    sandbox = get_sandbox(params.sandbox.backend)
+    bars: dict = {}
+
+    def tick(stage: str, n: int) -> None:
+        if stage not in bars:
+            bars[stage] = progress(0, f"synthesize:{stage}")
+        bars[stage].update(n)
+
+    limits = params.sandbox.limits.to_limits()
+    limits = limits.replace(wall_seconds=min(limits.wall_seconds, params.synth.suite_timeout_s))
+    with Enclave(backend=params.sandbox.backend, limits=limits, workers=params.sandbox.workers,
+                 consensus_runs=params.synth.consensus_runs) as enclave:
+        try:
+            return Synthesizer(params.synth, params.curation, enclave, sandbox,
+                               workers=params.sandbox.workers, progress=tick).run(families,
+                                                                                  skipped)
+        finally:
+            for bar in bars.values():
+                bar.close()
+
+
+def yield_csv(rows: list[dict]) -> str:
+    """The plot table: fixed leading columns, then one column per rejection reason seen."""
+    reasons = sorted({k for r in rows for k in r if k.startswith("rejected_")})
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[*PLOT_COLUMNS, *reasons], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row.get(k, 0) for k in (*PLOT_COLUMNS, *reasons)})
+    return buf.getvalue()
+
+
+def write_outputs(result: SynthResult, out: Path, plots: Path) -> None:
+    check_split_hygiene(result.accepted)
+    save_tasks(out, result.accepted)
+    write_table(rejections_path(out), [r.to_row() for r in
+                                       sorted(result.rejections, key=lambda r: r.task_id)],
+                schemas.REJECTIONS, contract="rejections")
+    write_text(plots, yield_csv(result.yield_rows()))
+
+
+@exit_on_error
+def main(argv: list[str] | None = None) -> None:
+    p = parser("synthesize", __doc__)
+    p.add_argument("--seeds", type=Path, default=Path("data/seed_repos"))
+    p.add_argument("--out", type=Path, default=Path("artifacts/tasks_synthetic.parquet"))
+    p.add_argument("--metrics", type=Path, default=Path("metrics/synthesize.json"))
+    p.add_argument("--plots", type=Path, default=Path("plots/synthesize_yield.csv"))
+    args = p.parse_args(argv)
+    params = load_params(args.params)
+    with stage_run("synthesize", params, inputs={}, metrics_path=args.metrics) as run:
+        result = run_synthesis(args.seeds, params)
+        write_outputs(result, args.out, args.plots)
+        run.log_metrics(result.stats())
+        run.log_artifact(args.metrics)
+        run.log_artifact(args.plots)
+
+
+if __name__ == "__main__":
+    main()
