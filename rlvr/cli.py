@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlvr.errors import PatchFormatError, RlvrError, exit_on_error
+from rlvr.errors import RlvrError, exit_on_error
 
 
 def _load_params(path: Path):
@@ -86,7 +86,8 @@ def cmd_export_swebench(args) -> None:
 
 
 def cmd_curate(args) -> None:
-    from stages.curate import rejections_path, run_curation, write_outputs
+    from rlvr.tasks.pool import rejections_path
+    from stages.curate import run_curation, write_outputs
 
     params, sandbox, _ = _load_params(args.params)
     if args.backend:

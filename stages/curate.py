@@ -16,15 +16,10 @@ from rlvr.errors import exit_on_error
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.authored import discover, load_task_dir
 from rlvr.tasks.curation import CurationParams, CurationResult, curate
-from rlvr.tasks.pool import save_tasks
-from rlvr.tasks.splits import SplitParams, check_split_hygiene
+from rlvr.tasks.pool import save_pool
+from rlvr.tasks.splits import SplitParams
 from rlvr.tracking.stage import stage_run
 from stages.common import parser, progress
-
-
-def rejections_path(out: Path) -> Path:
-    """The rejection log lives beside the task file it belongs to."""
-    return out.with_name(out.name.replace(".parquet", "") + ".rejections.parquet")
 
 
 def load_params(params_path: Path) -> tuple[CurationParams, SandboxParams]:
@@ -45,11 +40,7 @@ def run_curation(source: Path, params: CurationParams, sandbox: SandboxParams) -
 
 
 def write_outputs(result: CurationResult, out: Path) -> None:
-    check_split_hygiene(result.accepted)
-    save_tasks(out, result.accepted)
-    write_table(rejections_path(out), [r.to_row() for r in
-                                       sorted(result.rejections, key=lambda r: r.task_id)],
-                schemas.REJECTIONS, contract="rejections")
+    save_pool(out, result.accepted, result.rejections)
 
 
 def selfcheck_patches(result: CurationResult) -> list[dict]:

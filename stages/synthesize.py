@@ -12,14 +12,13 @@ import dataclasses
 import io
 from pathlib import Path
 
-from rlvr.artifacts import schemas
-from rlvr.artifacts.io import write_table, write_text
+from rlvr.artifacts.io import write_text
 from rlvr.config import load_section
 from rlvr.errors import exit_on_error
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.curation import CurationParams
-from rlvr.tasks.pool import save_tasks
-from rlvr.tasks.splits import SplitParams, check_split_hygiene
+from rlvr.tasks.pool import save_pool
+from rlvr.tasks.splits import SplitParams
 from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
 from rlvr.tasks.synth.seeds import discover
 from rlvr.tracking.stage import stage_run
@@ -41,10 +40,6 @@ def load_params(params_path: Path) -> StageParams:
     split = load_section(SplitParams, "split", params_path)
     return StageParams(synth, dataclasses.replace(cur, split=split),
                        load_section(SandboxParams, "sandbox", params_path))
-
-
-def rejections_path(out: Path) -> Path:
-    return out.with_name(out.name.replace(".parquet", "") + ".rejections.parquet")
 
 
 def run_synthesis(seeds: Path, params: StageParams) -> SynthResult:
@@ -85,11 +80,7 @@ def yield_csv(rows: list[dict]) -> str:
 
 
 def write_outputs(result: SynthResult, out: Path, plots: Path) -> None:
-    check_split_hygiene(result.accepted)
-    save_tasks(out, result.accepted)
-    write_table(rejections_path(out), [r.to_row() for r in
-                                       sorted(result.rejections, key=lambda r: r.task_id)],
-                schemas.REJECTIONS, contract="rejections")
+    save_pool(out, result.accepted, result.rejections)
     write_text(plots, yield_csv(result.yield_rows()))
 
 

@@ -393,7 +393,7 @@ class Enclave:
             for f in run.safety_flags:
                 if f not in flags:
                     flags.append(f)
-            reason, detail = self._judge(run, graded)
+            reason, detail = self.judge(run, graded)
             if reason != "none":
                 break
         resources = {"cpu_seconds": round(cpu, 4), "max_rss_kb": rss}
@@ -401,7 +401,7 @@ class Enclave:
                        time.monotonic() - start, resources, flags, detail=detail)
 
     @staticmethod
-    def _judge(run: SuiteRun, graded: Sequence[str]) -> tuple[str, str]:
+    def judge(run: SuiteRun, graded: Sequence[str]) -> tuple[str, str]:
         """Failure reason of one run ('none' = this run passes every graded test)."""
         if run.status in ("apply_failed", "timeout", "infra_error"):
             return run.status, run.detail

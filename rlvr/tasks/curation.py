@@ -16,13 +16,14 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
+from rlvr.enclave import Enclave
 from rlvr.errors import PatchFormatError
 from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import apply_patch, make_patch
 from rlvr.tasks.splits import SplitParams, assign_split
-from rlvr.tasks.wrong import WrongSolution, wrong_solutions
+from rlvr.tasks.wrong import wrong_solutions
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,6 @@ class _Reject(Exception):
     def __init__(self, reason: str, detail: str):
         super().__init__(detail)
         self.reason, self.detail = reason, detail
-
-
-def _passed(run, test_ids: Iterable[str]) -> bool:
-    return run.status == "ok" and all(run.outcomes.get(t) == "passed" for t in test_ids)
 
 
 def leaked_lines(instruction: str, reference_patch: str, min_chars: int) -> list[str]:
@@ -211,7 +208,7 @@ def _wrong_solution_checks(task: Task, fixed: dict[str, str], enclave,
                               f"(reason {verdict.reason})")
             continue
         run = cache.run(enclave, task, wrong.files, seed=seed, tests=graded)
-        accepted = _passed(run, graded)
+        accepted = Enclave.judge(run, graded)[0] == "none"
         if wrong.kind == "mutant":
             mutants_total += 1
             mutants_killed += not accepted

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rlvr.artifacts.schemas import SPLITS  # noqa: E402,F401
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,24 @@ def save_tasks(path: Path | str, tasks: Sequence[Task]) -> None:
     write_table(path, rows, schemas.TASKS, contract="tasks")
 
 
+def rejections_path(out: Path | str) -> Path:
+    """The rejection log lives beside the task file it belongs to."""
+    out = Path(out)
+    return out.with_name(out.name.replace(".parquet", "") + ".rejections.parquet")
+
+
+def save_pool(out: Path | str, accepted: Sequence[Task], rejections: Sequence) -> None:
+    """Accepted tasks (after the split-hygiene check) and the rejection log beside them:
+    nothing a curation refused is dropped silently."""
+    from rlvr.tasks.splits import check_split_hygiene
+
+    check_split_hygiene(accepted)
+    save_tasks(out, accepted)
+    write_table(rejections_path(out),
+                [r.to_row() for r in sorted(rejections, key=lambda r: r.task_id)],
+                schemas.REJECTIONS, contract="rejections")
+
+
 def get_task(tasks: Sequence[Task], task_id: str, where: Path | str) -> Task:
     for task in tasks:
         if task.task_id == task_id:

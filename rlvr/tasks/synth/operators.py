@@ -589,7 +589,10 @@ def combined(fn: FunctionContext) -> list[Site]:
 # ---- mutants -------------------------------------------------------------------------------
 def sites(source: str, qualname: str, operators: tuple[str, ...] | None = None) -> list[Site]:
     """Every site of the named operators (default: all single-bug ones) in one function."""
-    fn = FunctionContext(source, qualname)
+    return _sites_of(FunctionContext(source, qualname), operators)
+
+
+def _sites_of(fn: FunctionContext, operators: tuple[str, ...] | None) -> list[Site]:
     names = operators if operators is not None else SINGLE_OPERATORS
     out = []
     for name in names:
@@ -611,10 +614,31 @@ def compiles(source: str, filename: str = "<mutant>") -> bool:
     return True
 
 
-def mutant_of(source: str, qualname: str, site: Site) -> Mutant | None:
+def _function_compiles(new_source: str, fn: FunctionContext, site: Site) -> bool:
+    """Whether a mutant of `fn` compiles, checking only the mutated function's text when
+    possible: parsing is the cost of enumerating mutants (a whole module per site), and a
+    site's edits never leave its function. A function that does not compile on its own
+    (e.g. a nested def with `nonlocal`) falls back to compiling the whole module."""
+    m = fn.map
+    first = min([fn.node.lineno] + [d.lineno for d in fn.node.decorator_list])
+    start, end = m.line_starts[first - 1], m.line_starts[fn.node.end_lineno]
+    if not all(start <= e.start and e.end <= end for e in site.edits):
+        return compiles(new_source)
+    delta = sum(len(e.text.encode("utf-8")) - (e.end - e.start) for e in site.edits)
+    piece = new_source.encode("utf-8")[start:end + delta].decode("utf-8")
+    if fn.node.col_offset:  # a method / nested def: give its indentation a block to live in
+        piece = "if 1:\n" + piece
+    return compiles(piece) or compiles(new_source)
+
+
+def mutant_of(source: str, qualname: str, site: Site,
+              fn: FunctionContext | None = None) -> Mutant | None:
     """The mutant for one site, or None when it does not change / does not compile."""
     new = apply_site(source, site)
-    if new == source or not compiles(new):
+    if new == source:
+        return None
+    ok = _function_compiles(new, fn, site) if fn is not None else compiles(new)
+    if not ok:
         return None
     return Mutant(site.operator, site.params, new, qualname, site.edits)
 
@@ -634,8 +658,9 @@ def _function_mutants(source: str, qualname: str, limit: int, seed: int,
                       operators: tuple[str, ...] | None) -> tuple[Mutant, ...]:
     seen = set()
     pool = []
-    for site in sites(source, qualname, operators):
-        mutant = mutant_of(source, qualname, site)
+    fn = FunctionContext(source, qualname)
+    for site in _sites_of(fn, operators):
+        mutant = mutant_of(source, qualname, site, fn)
         if mutant is None or mutant.source in seen:
             continue
         seen.add(mutant.source)

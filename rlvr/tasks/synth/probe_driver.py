@@ -45,8 +45,8 @@ def _run_job(job):
     import pytest
 
     collect = _Collect()
-    code = pytest.main(["-q", "-vv", "-p", "no:cacheprovider", "--tb=short", "--rootdir", job["dir"],
-                        *job["tests"]], plugins=[collect])
+    code = pytest.main(["-q", "-vv", "-p", "no:cacheprovider", "--tb=short",
+                        "--rootdir", job["dir"], *job["tests"]], plugins=[collect])
     with open(os.path.join(job["dir"], ".probe.json"), "w") as fh:
         json.dump({"exit_code": int(code), "failures": collect.failures}, fh)
 
