@@ -316,6 +316,17 @@ def test_function_mutants_of_a_nested_function():
     assert all(m.source.splitlines()[:3] == src.splitlines()[:3] for m in ms)
 
 
+def test_only_the_function_is_compiled_but_context_dependent_code_still_counts():
+    # `nonlocal` does not compile outside its enclosing function: the whole-module
+    # fallback must accept these mutants, and reject a mutant that really breaks.
+    src = ("def counter():\n    count = 0\n\n    def bump(step):\n        nonlocal count\n"
+           "        count += step\n        return count\n\n    return bump\n")
+    ms = function_mutants(src, "counter.bump", limit=100, seed=0)
+    assert {m.operator for m in ms} >= {"arithmetic_swap", "wrong_return"}
+    for m in ms:
+        compile(m.source, "m.py", "exec")
+
+
 def test_function_mutants_method_qualname_and_unknown_function():
     ms = function_mutants(CORE, "Counter.bump", limit=100, seed=0)
     assert ms and all("def bump" in m.source for m in ms)

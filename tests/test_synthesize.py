@@ -355,8 +355,9 @@ def test_untested_and_import_breaking_mutants_are_refused_with_their_reason(tmp_
     source = fam.repo_files["minikit/core.py"]
     flip = OPERATORS["negate_condition"](FunctionContext(source, "_validate"))[0]
     ret = OPERATORS["wrong_return"](FunctionContext(source, "untested"))[0]
-    cands = [Candidate("minikit", "negate_condition", (Part("minikit/core.py", "_validate", flip),)),
-             Candidate("minikit", "wrong_return", (Part("minikit/core.py", "untested", ret),))]
+    core = "minikit/core.py"
+    cands = [Candidate("minikit", "negate_condition", (Part(core, "_validate", flip),)),
+             Candidate("minikit", "wrong_return", (Part(core, "untested", ret),))]
     with Enclave(backend="bwrap", workers=1) as enclave:
         synth = Synthesizer(SynthParams(), CurationParams(), enclave, get_sandbox("bwrap"))
         passing = synth.seed_outcomes(fam)

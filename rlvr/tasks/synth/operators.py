@@ -360,7 +360,8 @@ def remove_statement(fn: FunctionContext) -> list[Site]:
             first, last = m.line_starts[stmt.lineno - 1], m.line_starts[stmt.end_lineno]
             before = m.data[first:s]
             after = m.data[e:last]
-            owns_lines = (not before.strip()) and (not after.strip() or after.strip().startswith(b"#"))
+            trailing = after.strip()
+            owns_lines = not before.strip() and (not trailing or trailing.startswith(b"#"))
             if len(block) > 1 and owns_lines:
                 edit = Edit(first, last, "")
             else:

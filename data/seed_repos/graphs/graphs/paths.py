@@ -56,14 +56,12 @@ def dijkstra(graph, source):
         raise GraphError("no vertex %r" % (source,))
     dist = {source: 0}
     parents = {}
-    done = set()
     heap = [(0, 0, source)]
     counter = 1
     while heap:
         d, _, v = heapq.heappop(heap)
-        if v in done:
+        if d > dist[v]:
             continue
-        done.add(v)
         for w in graph.neighbors(v):
             nd = d + graph.weight(v, w)
             if w not in dist or nd < dist[w]:

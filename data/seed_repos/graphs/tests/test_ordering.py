@@ -87,3 +87,9 @@ def test_sources_and_sinks():
     g = dag()
     assert sources(g) == [3, 5, 7]
     assert sinks(g) == [2, 9, 10]
+
+
+def test_topological_sort_keeps_ready_list_sorted():
+    g = DiGraph([(1, 2)])
+    g.add_vertex(3)
+    assert topological_sort(g) == [1, 2, 3]

@@ -115,3 +115,28 @@ def test_eccentricity_and_diameter():
     assert eccentricity(g, 1) == 3
     assert diameter(g) == 3
     assert diameter(Graph()) == 0
+
+
+def test_dijkstra_mixed_vertex_types_with_equal_distances():
+    g = Graph([(0, "a", 1), (0, 1, 1), ("a", "b", 1), (1, "b", 1)])
+    dist, parents = dijkstra(g, 0)
+    assert dist == {0: 0, 1: 1, "a": 1, "b": 2}
+    assert parents["b"] == 1
+
+
+def test_dijkstra_stale_heap_entries_are_skipped():
+    g = DiGraph([(1, 2, 10), (1, 3, 1), (3, 2, 1), (2, 4, 1)])
+    dist, parents = dijkstra(g, 1)
+    assert dist == {1: 0, 2: 2, 3: 1, 4: 3}
+    assert parents == {2: 3, 3: 1, 4: 2}
+
+
+def test_directed_path_helpers_follow_edge_direction():
+    g = DiGraph([(1, 2, 5), (2, 3, 7)])
+    assert path_weight(g, [1, 2, 3]) == 12
+    with pytest.raises(GraphError):
+        path_weight(g, [3, 2])
+    assert is_simple_path(g, [1, 2, 3]) is True
+    assert is_simple_path(g, [3, 2, 1]) is False
+    assert is_simple_path(g, [1, 2, 1]) is False
+    assert is_simple_path(g, []) is False

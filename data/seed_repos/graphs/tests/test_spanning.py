@@ -93,3 +93,13 @@ def test_is_spanning_tree():
 def test_is_spanning_tree_empty_graph():
     assert is_spanning_tree(Graph(), [])
     assert not is_spanning_tree(Graph(), [(1, 2, 1)])
+
+
+def test_boolean_results_are_real_booleans():
+    uf = UnionFind([1, 2])
+    assert uf.union(1, 2) is True
+    assert uf.union(2, 1) is False
+    g = square_with_diagonal()
+    assert is_spanning_tree(g, [(1, 2, 1)]) is False
+    assert is_spanning_tree(g, [(1, 2, 1), (2, 3, 2), (2, 4, 1)]) is False
+    assert is_spanning_tree(g, [(1, 2, 1), (2, 3, 2), (1, 3, 2)]) is False

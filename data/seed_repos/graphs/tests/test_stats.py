@@ -85,3 +85,9 @@ def test_is_regular_with_single_outlier_last():
     g.add_vertex(3)
     assert not is_regular(g)
     assert not is_regular(Graph([(1, 2), (2, 3)]))
+
+
+def test_is_complete_returns_false_for_one_way_edges():
+    assert is_complete(DiGraph([(2, 1)])) is False
+    assert is_complete(DiGraph([(1, 2)])) is False
+    assert is_complete(Graph([(1, 2), (3, 4)])) is False

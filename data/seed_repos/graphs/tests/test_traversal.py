@@ -124,3 +124,10 @@ def test_two_coloring_alternates():
 
 def test_self_loop_is_not_bipartite():
     assert two_coloring(Graph([(1, 1)])) is None
+
+
+def test_has_path_returns_real_booleans():
+    g = DiGraph([(1, 2)])
+    assert has_path(g, 1, 2) is True
+    assert has_path(g, 2, 1) is False
+    assert has_path(g, 1, 7) is False

@@ -22,7 +22,6 @@ def split_csv_line(line, delimiter=",", quote='"'):
     i = 0
     n = len(line)
     in_quotes = False
-    quoted_field = False
     while i < n:
         ch = line[i]
         if in_quotes:
@@ -39,12 +38,10 @@ def split_csv_line(line, delimiter=",", quote='"'):
         elif ch == delimiter:
             fields.append("".join(field))
             field = []
-            quoted_field = False
         elif ch == quote:
-            if field or quoted_field:
+            if field:
                 raise CSVError("quote inside unquoted field", i)
             in_quotes = True
-            quoted_field = True
         else:
             field.append(ch)
         i += 1

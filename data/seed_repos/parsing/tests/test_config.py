@@ -202,3 +202,11 @@ def test_error_messages_distinguish_problems():
         parse_ini("novalue")
     with pytest.raises(ConfigError, match="malformed section header"):
         parse_ini("[x")
+
+
+def test_indented_line_after_header_does_not_continue_previous_section():
+    assert parse_ini("[a]\nx = 1\n[b]\n  k = v") == {"a": {"x": "1"}, "b": {"k": "v"}}
+
+
+def test_empty_quoted_value_followed_by_comment():
+    assert split_key_value('k = "" ; see "docs"', 1) == ("k", "")

@@ -133,3 +133,10 @@ def test_column_error_message():
         column([["a", "b"]], 2)
     with pytest.raises(IndexError, match="width 2"):
         column([["a", "b"]], -3)
+
+
+def test_csv_error_message_and_empty_needs_quoting():
+    with pytest.raises(CSVError, match="unterminated quoted field at column 2"):
+        split_csv_line('"x')
+    assert needs_quoting("") is False
+    assert needs_quoting("a,b") is True

@@ -204,3 +204,13 @@ def test_to_source_nested_negation_and_left_grouping():
     assert to_source(parse("-(-a)")) == "--a"
     assert to_source(parse("(a + b) * c")) == "(a + b) * c"
     assert to_source(parse("(a - b) / -c")) == "(a - b) / -c"
+
+
+def test_evaluate_without_environment():
+    assert evaluate(parse("1 + 2")) == 3
+    with pytest.raises(EvalError, match="undefined variable 'x'"):
+        evaluate_expression("x")
+
+
+def test_node_precedence_all_binary_operators():
+    assert [node_precedence(parse("a %s b" % op)) for op in "+-*/%^"] == [1, 1, 2, 2, 2, 4]

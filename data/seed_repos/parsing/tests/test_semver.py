@@ -208,3 +208,17 @@ def test_caret_bound_for_zero_major_minor_one():
     assert str(caret_upper_bound(parse_version("0.1.5"))) == "0.2.0"
     assert satisfies("0.1.9", "^0.1.5")
     assert not satisfies("0.2.0", "^0.1.5")
+
+
+def test_max_satisfying_prefers_first_of_equal_precedence():
+    assert max_satisfying(["1.0.0+a", "1.0.0+b", "0.9.0"], ">=0.1.0") == "1.0.0+a"
+
+
+def test_bare_version_constraint_means_exact_match():
+    assert satisfies("1.2.5", "1.2.3") is False
+    assert satisfies("1.2.3+meta", "1.2.3") is True
+
+
+def test_ordering_against_non_versions_raises():
+    with pytest.raises(TypeError):
+        parse_version("1.0.0") < "1.0.0"
