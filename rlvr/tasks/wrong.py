@@ -117,4 +117,7 @@ def _mutants(source: str, qualname: str, limit: int, seed: int) -> list[str]:
         return []
     from rlvr.tasks.synth.operators import function_mutants
 
-    return [m.source for m in function_mutants(source, qualname, limit=limit, seed=seed)]
+    try:
+        return [m.source for m in function_mutants(source, qualname, limit=limit, seed=seed)]
+    except (KeyError, SyntaxError):  # a def the operators cannot address: the stub still runs
+        return []
