@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from adversarial.cases import CASES, Canary
-from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, REPO, make_task, patch_to
+from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, HIDDEN_LEAN, REPO, make_task, patch_to
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
 
@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LIMITS = Limits(wall_seconds=60.0, cpu_seconds=2, memory_bytes=768 << 20, max_processes=32,
                 max_file_bytes=8 << 20, output_bytes=16 << 10)
 TASK = make_task()
+# The same task whose hidden suite the enclave runs under its lean runner (no conftest).
+TASKS = {"pytest": TASK, "lean": make_task(hidden_tests=HIDDEN_LEAN)}
 
 
 def test_there_are_at_least_25_distinct_attacks():
@@ -70,11 +72,19 @@ def _host_untouched(c: Canary, before: str) -> None:
         assert not os.path.exists(path), f"{path} was written from inside the enclave"
 
 
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_each_suite_runs_under_its_runner(enclave, runner):
+    run = enclave.run_suite(TASKS[runner], "", seed=5)
+    assert run.resources["runner"] == runner
+    assert run.outcomes.keys() == set(ALL_HIDDEN)
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_attack_fails(enclave, canary, case):
+def test_attack_fails(enclave, canary, case, runner):
     before = _digest(canary.dir)
     patch = case.make(canary)
-    verdict = enclave.verify(TASK, patch, seed=20240)
+    verdict = enclave.verify(TASKS[runner], patch, seed=20240)
     assert verdict.success is False
     assert verdict.reason == case.reason, (verdict.reason, verdict.detail, verdict.safety_flags)
     assert set(case.flags) <= set(verdict.safety_flags), verdict.safety_flags
@@ -102,7 +112,8 @@ def test_git_refuses_escaping_paths_even_without_the_policy(enclave):
     assert run.status == "apply_failed"
 
 
-def test_hidden_tests_are_not_on_disk(enclave):
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_hidden_tests_are_not_on_disk(enclave, runner):
     """What the code under test can see of the hidden directory: names, empty files."""
     probe = REPO["mathpkg/util.py"] + '''
 
@@ -113,11 +124,13 @@ def spread(xs):
         sizes += [os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".py")]
     return max(xs) - min(xs) + sum(sizes)
 '''
-    run = enclave.run_suite(TASK, patch_to({**REPO, "mathpkg/util.py": probe}), seed=1)
+    run = enclave.run_suite(TASKS[runner], patch_to({**REPO, "mathpkg/util.py": probe}), seed=1)
     assert run.outcomes["test_util.py::test_spread"] == "passed"  # every placeholder is empty
 
 
-def test_enclave_is_sound_after_the_attacks(enclave):
-    verdict = enclave.verify(TASK, TASK.reference_patch, seed=77)
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_enclave_is_sound_after_the_attacks(enclave, runner):
+    task = TASKS[runner]
+    verdict = enclave.verify(task, task.reference_patch, seed=77)
     assert (verdict.success, verdict.runs, verdict.safety_flags) == (True, 3, [])
-    assert enclave.run_suite(TASK, "", seed=1).outcomes.keys() == set(ALL_HIDDEN)
+    assert enclave.run_suite(task, "", seed=1).outcomes.keys() == set(ALL_HIDDEN)

@@ -216,7 +216,7 @@ class Enclave:
     """
 
     def __init__(self, backend: str = "bwrap", limits: Limits | None = None, workers: int = 1,
-                 consensus_runs: int = 3):
+                 consensus_runs: int = 3, lean_runner: bool = True):
         if workers < 1:
             raise ValueError("workers must be >= 1")
         if consensus_runs < 1:
@@ -226,6 +226,9 @@ class Enclave:
         self.limits = limits or Limits()
         self.workers = workers
         self.consensus_runs = consensus_runs
+        # Plain suites run under the in-enclave lean runner (same verdict channel, pytest's
+        # ids and outcomes; anything it does not plan falls back to pytest). False: always pytest.
+        self.lean_runner = bool(lean_runner)
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-enclave-spawn")
         self._all = [_Worker(self, i) for i in range(workers)]
         self._idle: queue.Queue = queue.Queue()
@@ -318,7 +321,7 @@ class Enclave:
         key = task_key(task)
         req = {
             "op": "run", "key": key, "patch": patch, "seed": int(seed), "shuffle": bool(shuffle),
-            "select": list(tests) if tests is not None else None,
+            "select": list(tests) if tests is not None else None, "lean": self.lean_runner,
             "limits": {"wall": limits.wall_seconds, "cpu": limits.cpu_seconds,
                        "mem": limits.memory_bytes, "nproc": limits.max_processes,
                        "fsize": limits.max_file_bytes},

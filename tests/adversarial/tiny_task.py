@@ -90,6 +90,13 @@ def big():
     return 10
 '''
 
+# The same suite (same test ids) without the conftest fixture: plain enough for the
+# enclave's lean runner, so that every attack is tried against both runners.
+HIDDEN_CORE_LEAN = HIDDEN_CORE.replace(
+    "def test_clamp_fixture(big):\n",
+    "BIG = 10\n\n\ndef test_clamp_fixture():\n    big = BIG\n",
+)
+
 FAIL_TO_PASS = (
     "test_core.py::test_clamp[11-0-10-10]",
     "test_core.py::test_clamp[100--5-5-5]",
@@ -112,6 +119,7 @@ REPO = {
     "tests/test_public.py": PUBLIC,
 }
 HIDDEN = {"test_core.py": HIDDEN_CORE, "test_util.py": HIDDEN_UTIL, "conftest.py": HIDDEN_CONFTEST}
+HIDDEN_LEAN = {"test_core.py": HIDDEN_CORE_LEAN, "test_util.py": HIDDEN_UTIL}
 FIXED_CORE = CORE.replace("    if x > hi:\n        return lo", "    if x > hi:\n        return hi")
 
 

@@ -26,6 +26,12 @@ How a test comes to count as passed
    must be the very objects collected for that item.
 4. A test is ``passed`` iff its sentinel was accepted AND pytest's own reports say passed
    (setup and teardown errors still fail it). A forged pytest report gains nothing.
+   Plain suites (no fixtures, conftests, setup hooks or xfail; see lean.py) skip pytest's
+   collection tree and per-test protocol: the lean runner builds the same items with
+   pytest's own parametrization code and calls each test itself. Its functions play the
+   same protocol roles (arm, collected, loop, run_item, pyfunc) under the same hook, so
+   the evidence a pass needs is the same; what it does not foresee at run time it hands
+   back to pytest (a signed ``fallback`` record, and the server re-runs the job).
 5. Only the hook writes result records, to an inherited pipe, each HMAC-SHA256-signed (with a
    per-run nonce and sequence number) with a key the runner read from its own pipe and
    closed before untrusted code ran. The key lives only in the hook's closure; the HMAC uses
@@ -47,10 +53,12 @@ rlimit changes, network calls, links, and opens, listings or writes outside the 
 directory and the read-only runtime (``/proc`` included).
 
 Integrity checkpoints compare, by identity, the bindings of builtins, sys, pytest, the
-pytest/pluggy modules on the run path, this runner and the hidden test modules (after every
-test), plus every other pytest/pluggy module, their classes and the plugin registry and
-hook-implementation lists (after collection and at the end) with a snapshot taken before
-untrusted code ran. A difference is the flag ``tamper_integrity`` and fails the verdict.
+pytest/pluggy modules on the run path, this runner, the lean runner and the hidden test
+modules (after every test), plus every other pytest/pluggy module, their classes and the
+plugin registry and hook-implementation lists (after collection and at the end) with a
+snapshot taken before untrusted code ran: in the server, before any fork, for everything a
+child does not change before arming (`presnapshot`), and at arming for the rest. A
+difference is the flag ``tamper_integrity`` and fails the verdict.
 
 Equality guard: for a hidden-test ``assert a == b`` (or ``!=``) where one side is a plain
 builtin value and the other's ``__eq__``/``__ne__`` is code that did not exist before the
@@ -185,6 +193,9 @@ class CompiledSuite:
         # Whether any hidden source names a fixture that needs pytest's capture/logging
         # plugins (see OPTIONAL_PLUGINS); when none does, each run unregisters them.
         self.needs_io_plugins = True
+        # The lean runner's static plan (lean.static_plan), None when the suite needs pytest.
+        self.lean: dict | None = None
+        self.lean_reason = ""
 
 
 def _is_test_file(name: str) -> bool:
@@ -469,11 +480,11 @@ def eq_originals() -> dict:
     return out
 
 
-def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyfunc_code,
-              collected_code, arm_code, sha256, safe_getframe=(), eq_trusted=None):
+def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_getframe=(), eq_trusted=None):
     """Build the audit hook. Every name it uses is bound here, as a closure cell, *before*
     any untrusted code exists: it never looks up a global, so rebinding builtins or module
-    attributes cannot change what it does."""
+    attributes cannot change what it does. `roles` maps each protocol role (ROLES) to the
+    code objects allowed to play it: one per runner (pytest's and the lean one)."""
     _getframe = sys._getframe
     _write = os.write
     # Identity keys come from object.__hash__ (the pointer hash, unique among live objects):
@@ -496,6 +507,11 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
     # never sets it), the child's stderr goes to that file and the hook narrates decisions.
     _debug = bool(os.environ.get("RLVR_ENCLAVE_DEBUG_LOG"))
     trusted_ids = frozenset(_id(c) for c in trusted_codes)
+    if set(roles) != set(ROLES):
+        raise ValueError(f"make_hook: roles {sorted(roles)} != {sorted(ROLES)}")
+    run_item_ids, loop_ids, pyfunc_ids, collected_ids, arm_ids, fallback_ids = (
+        frozenset(_id(c) for c in roles[r]) for r in ROLES)
+    keep_roles = _tuple(_tuple(roles[r]) for r in ROLES)  # noqa: F841 - ids must stay unique
     safe_getframe_ids = frozenset(_id(c) for c in safe_getframe)
     _NotImplemented = NotImplemented
     _object = object
@@ -508,6 +524,7 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
     keep_alive = (trusted_codes, eq_trusted)  # noqa: F841 - ids must stay unique
     heap_flag = 1 << 9  # Py_TPFLAGS_HEAPTYPE
     plain_types = frozenset({int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset})
+    scalar_types = frozenset({int, float, complex, str, bytes, bool, type(None)})
     seq_types = (list, tuple)
     O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     process_ev, network_ev, intro_ev = _PROCESS_EVENTS, _NETWORK_EVENTS, _INTROSPECTION_EVENTS
@@ -743,7 +760,7 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
             if g is run_frame:
                 break
             cid = _id(g.f_code)
-            if g.f_code is pyfunc_code:
+            if cid in pyfunc_ids:
                 saw_pyfunc = True
                 args = g.f_locals.get("testargs")
                 if _type(args) is not _dict:
@@ -757,8 +774,8 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
             depth += 1
         return g is run_frame and saw_pyfunc
 
-    def caller_is(f, code):
-        return f if f is not None and f.f_code is code else None
+    def caller_is(f, ids):
+        return f if f is not None and _id(f.f_code) in ids else None
 
     def chain_trusted(f):
         """Every frame below `f` runs code that existed before untrusted code did."""
@@ -784,6 +801,13 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
             return
         phase = S["phase"]
         if phase == "server":
+            if event == "rlvr.presnap":
+                # The server (no untrusted code exists in it, ever) snapshots the guarded
+                # namespaces that no child changes before arming; forks inherit it, so a
+                # child only snapshots the few late ones (late_namespaces) when it arms.
+                S["presnap"] = snapshot(args[0])
+                S["presnap_cls"] = snapshot(args[1])
+                return
             if event == "rlvr.init":
                 key, fd, nonce, paths, suite = args
                 S["ipad"] = _bytes(b ^ 0x36 for b in key) + b"\x36" * (64 - _len(key))
@@ -799,19 +823,13 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
                 S["phase"] = "setup"
             return
         if event[:5] == "rlvr.":
-            f = frame1()  # the frame that raised the event (must be called from here)
-            if _debug and event != PASS_EVENT and event != EQ_EVENT:
-                debug(f"{event} from {f.f_code.co_name if f is not None else None}")
-            if event == PASS_EVENT:
-                if f is not None and phase == "armed" and verify_pass(f):
-                    S["passed"][S["current"][0]] = True
-                else:
-                    flag("tamper_forged_pass")
-                return
             if event == EQ_EVENT:
-                if f is None or _id(f.f_code) not in S["genuine"]:
-                    flag("tamper_forged_pass")
+                # The equality guard can only fail an assertion, so whoever raises this
+                # event gains nothing: no frame check (one per hidden `assert ==`).
+                if phase != "armed" or _len(args) != 3:
                     return
+                if _type(args[0]) in scalar_types and _type(args[1]) in scalar_types:
+                    return  # builtin scalars compare in C: nothing to probe
                 try:
                     bad = suspicious(args[0], args[1], args[2], [2000])
                 except _BaseException:
@@ -820,24 +838,44 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
                     flag("eq_override")
                     raise _AssertionError("enclave: equality implemented by the code under test")
                 return
+            f = frame1()  # the frame that raised the event (must be called from here)
+            if _debug and event != PASS_EVENT:
+                debug(f"{event} from {f.f_code.co_name if f is not None else None}")
+            if event == PASS_EVENT:
+                if f is not None and phase == "armed" and verify_pass(f):
+                    S["passed"][S["current"][0]] = True
+                else:
+                    flag("tamper_forged_pass")
+                return
             if phase == "setup":
                 if event == "rlvr.apply":
                     emit("apply", "1" if args[0] else "0", args[1].encode("utf-8", _fsdecode_err).hex())
                 elif event == "rlvr.error":
                     emit("err", args[0].encode("utf-8", _fsdecode_err).hex())
                 elif event == "rlvr.arm":
-                    f = caller_is(f, arm_code)
-                    if f is None or not chain_trusted(f):
+                    f = caller_is(f, arm_ids)
+                    if f is None or not chain_trusted(f) or S.get("presnap") is None:
                         debug("arm refused")
                         return
                     S["sysdict"] = args[1]
-                    S["snap"] = snapshot(args[0][0])
-                    S["snap_cls"] = snapshot(args[0][1])
+                    S["snap"] = S["presnap"] + snapshot(args[0])
+                    S["snap_cls"] = S["presnap_cls"]
                     S["phase"] = "armed"
                     emit("arm")
                 return
+            if event == "rlvr.fallback" and S["plan"] is None:
+                # The lean runner met something only pytest runs faithfully: the server
+                # re-runs the job under pytest (never a pass, never a failure of the patch).
+                f = caller_is(f, fallback_ids)
+                if f is None or not chain_trusted(f):
+                    flag("tamper_forged_pass")
+                    return
+                reason = args[0] if _type(args[0]) is _str else ""
+                emit("fallback", reason.encode("utf-8", _fsdecode_err).hex())
+                S["phase"] = "done"
+                return
             if event == "rlvr.collected" and S["plan"] is None:
-                f = caller_is(f, collected_code)
+                f = caller_is(f, collected_ids)
                 if f is None or not chain_trusted(f):
                     flag("tamper_forged_pass")
                     return
@@ -854,7 +892,7 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
                 emit("coll", _str(_len(plan)))
                 return
             if event == "rlvr.loop" and S["loop"] is None and S["plan"] is not None:
-                f = caller_is(f, loop_code)
+                f = caller_is(f, loop_ids)
                 if f is None:
                     flag("tamper_forged_pass")
                     return
@@ -864,12 +902,13 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
                 S["loop"] = f
                 return
             if event == "rlvr.item_start":
-                f = caller_is(f, run_item_code)
+                f = caller_is(f, run_item_ids)
                 if f is None or f.f_back is not S["loop"] or S["current"] is not None:
                     flag("tamper_forged_pass")
                     return
                 pos = S["pos"]
-                if pos >= _len(S["plan"]) or f.f_locals.get("item") is not S["plan"][pos][1]:
+                # The item comes from the verified run_item frame (trusted code), as an argument.
+                if pos >= _len(S["plan"]) or _len(args) != 1 or args[0] is not S["plan"][pos][1]:
                     flag("tamper_forged_pass")
                     return
                 S["current"] = (pos, f)
@@ -877,7 +916,7 @@ def make_hook(trusted_codes: list[types.CodeType], run_item_code, loop_code, pyf
                 # check) and now, only this runner's own loop code has run.
                 return
             if event == "rlvr.item_end":
-                f = caller_is(f, run_item_code)
+                f = caller_is(f, run_item_ids)
                 cur = S["current"]
                 if f is None or cur is None or cur[1] is not f:
                     flag("tamper_forged_pass")
@@ -1080,7 +1119,7 @@ class EnclavePlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session):
         ctx = self.ctx
-        sys.audit("rlvr.arm", _GUARDED or guarded_namespaces(), sys.__dict__)
+        sys.audit("rlvr.arm", late_namespaces(), sys.__dict__)
         pm = session.config.pluginmanager
         for rel, code in sorted(ctx.suite.conftests.items()):
             mod = types.ModuleType("rlvr_hidden_conftest_" + str(len(ctx.hidden_dicts)))
@@ -1165,15 +1204,15 @@ class EnclavePlugin:
 
 
 GUARDED_MODULES = ("builtins", "sys", "pytest", "random", "os", "posix", "io", "types", "functools",
-                   "operator", "math", "hashlib", "signal", "_signal")
+                   "operator", "math", "hashlib", "signal", "_signal", "lean")
 GUARDED_PREFIXES = ("_pytest", "pluggy")
 # Checked after every test (the rest at collection and at the end): the namespaces a test
 # run goes through. Comparing ~8k bindings costs ~0.4 ms; these ~1.5k, a fifth of that.
 PER_TEST_MODULES = frozenset({
     "builtins", "sys", "pytest", "random", "_pytest.runner", "_pytest.python", "_pytest.fixtures",
     "_pytest.reports", "_pytest.main", "_pytest.nodes", "_pytest.outcomes", "_pytest.skipping",
-    "_pytest.python_api", "_pytest.raises", "pluggy._callers", "pluggy._execution", "pluggy._hooks",
-    "pluggy._caller", "pluggy._manager",
+    "_pytest.python_api", "_pytest.approx", "_pytest.raises", "pluggy._callers", "pluggy._execution", "pluggy._hooks",
+    "pluggy._caller", "pluggy._manager", "lean", "_pytest.mark.structures",
 })
 
 
@@ -1190,15 +1229,30 @@ def guarded_namespaces() -> tuple[list, list]:
             continue
         if name in GUARDED_MODULES or name.startswith(GUARDED_PREFIXES):
             (per_test if name in PER_TEST_MODULES else rest).append(mod.__dict__)
-            if name.startswith(GUARDED_PREFIXES) or name == "pytest":
+            if name.startswith(GUARDED_PREFIXES) or name in ("pytest", "lean"):
                 for value in list(vars(mod).values()):
                     if isinstance(value, type) and value.__module__ == name:
                         rest.append(vars(value))
     return per_test, rest
 
 
+def late_namespaces() -> list:
+    """Guarded namespaces a child changes between fork and arming (this module's `_CTX`):
+    snapshotted when the child arms, the rest in the server (`presnapshot`)."""
+    return [globals()]
+
+
+def presnapshot() -> None:
+    """Hand the hook the server-side snapshot of every guarded namespace but the late ones
+    (once, before the first fork: ~8k bindings a child no longer copies and touches)."""
+    per_test, rest = _GUARDED or guarded_namespaces()
+    late = {object.__hash__(d) for d in late_namespaces()}
+    sys.audit("rlvr.presnap", [d for d in per_test if object.__hash__(d) not in late],
+              [d for d in rest if object.__hash__(d) not in late])
+
+
 def _run_item(plugin: EnclavePlugin, item, nextitem) -> None:
-    sys.audit("rlvr.item_start")
+    sys.audit("rlvr.item_start", item)
     _seed_item(plugin.ctx.seed, item.nodeid)
     outcome = "failed"
     try:
@@ -1226,6 +1280,16 @@ LOOP_CODE = EnclavePlugin.pytest_runtestloop.__code__
 PYFUNC_CODE = EnclavePlugin.pytest_pyfunc_call.__code__
 COLLECTED_CODE = EnclavePlugin.pytest_collection_modifyitems.__code__
 ARM_CODE = EnclavePlugin.pytest_collection.__code__
+# The protocol roles the hook checks frames against (see make_hook), in its unpacking order.
+ROLES = ("run_item", "loop", "pyfunc", "collected", "arm", "fallback")
+
+
+def role_codes(*runners) -> dict:
+    """{role: (code, ...)} over runner modules exposing RUN_ITEM_CODE, LOOP_CODE, ... (a
+    runner without a role, like this pytest one without fallback, contributes nothing)."""
+    attrs = {"run_item": "RUN_ITEM_CODE", "loop": "LOOP_CODE", "pyfunc": "PYFUNC_CODE",
+             "collected": "COLLECTED_CODE", "arm": "ARM_CODE", "fallback": "FALLBACK_CODE"}
+    return {role: tuple(getattr(m, attr) for m in runners if hasattr(m, attr)) for role, attr in attrs.items()}
 
 
 def _stub(name):
@@ -1236,24 +1300,30 @@ def _stub(name):
     return blocked
 
 
-def neuter_modules() -> None:
-    """Replace unaudited process/signal primitives before untrusted code can use them."""
+def neuter_signals() -> None:
+    """Replace the unaudited signal and timer primitives: once, in the server (which never
+    uses them), so that every child starts with them replaced."""
+    import _signal
     import signal
 
+    for mod in (signal, _signal):
+        for name in ("signal", "setitimer", "alarm", "set_wakeup_fd", "siginterrupt", "pthread_kill", "sigwait"):
+            if hasattr(mod, name):
+                setattr(mod, name, _stub(name))
+
+
+def neuter_modules() -> None:
+    """Replace the unaudited process primitive before untrusted code can use it (in the
+    child: its own trusted setup has just run git through it), and make sure ctypes is
+    still gone (the server purged it and nothing trusted imports it)."""
     try:
         import _posixsubprocess
 
         _posixsubprocess.fork_exec = _stub("fork_exec")
     except ImportError:
         pass
-    import _signal
-
-    for mod in (signal, _signal):
-        for name in ("signal", "setitimer", "alarm", "set_wakeup_fd", "siginterrupt", "pthread_kill", "sigwait"):
-            if hasattr(mod, name):
-                setattr(mod, name, _stub(name))
-    for name in [n for n in sys.modules if n == "ctypes" or n.startswith(("ctypes.", "_ctypes"))]:
-        del sys.modules[name]
+    for name in ("ctypes", "_ctypes", "ctypes.util", "ctypes._endian"):
+        sys.modules.pop(name, None)
 
 
 # Fixtures served by the capture and logging plugins (the subtests fixture uses both). A run
@@ -1435,8 +1505,10 @@ def _changed_tree(files: dict) -> dict | None:
 
 
 def child_main(job: dict, files: dict, suite: CompiledSuite, results_fd: int, key_fd: int,
-               tree_fd: int, prepared, pycs: dict | None = None) -> None:
-    """Everything from fork to the test run; returns only if the run completed."""
+               tree_fd: int, prepared, pycs: dict | None = None, run=None) -> None:
+    """Everything from fork to the test run; returns only if the run completed. `run` is the
+    runner (default: pytest's `run_tests`; the lean one for suites it plans)."""
+    run = run or run_tests
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -1497,7 +1569,7 @@ def child_main(job: dict, files: dict, suite: CompiledSuite, results_fd: int, ke
         os.close(tree_fd)
         if ok and pycs:  # after the tree is final (and after _changed_tree, which reads text)
             _write_tree(REPO, pycs)
-        if not suite.needs_io_plugins:
+        if not suite.needs_io_plugins and run is run_tests:
             pm = prepared.config.pluginmanager
             for name in OPTIONAL_PLUGINS:
                 if pm.get_plugin(name) is not None:
@@ -1516,7 +1588,10 @@ def child_main(job: dict, files: dict, suite: CompiledSuite, results_fd: int, ke
     stdlib = [p for p in sys.path if "site-packages" not in p and not p.startswith("/opt/rlvr-enclave")]
     site = [p for p in sys.path if "site-packages" in p]
     sys.path[:] = stdlib + [REPO] + site
-    sys.path_importer_cache.clear()
+    # Finders of the read-only runtime directories stay (their listings are cached in the
+    # server); any other path's finder (the run dir did not exist then) is dropped.
+    for path in [p for p in sys.path_importer_cache if p not in stdlib and p not in site]:
+        del sys.path_importer_cache[path]
     os.chdir(REPO)
     sink = open(os.devnull, "w") if not debug_log else os.fdopen(os.dup(2), "w", buffering=1)
     sys.stdin = sys.__stdin__ = open(os.devnull)
@@ -1527,5 +1602,6 @@ def child_main(job: dict, files: dict, suite: CompiledSuite, results_fd: int, ke
             del os.environ[name]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     neuter_modules()
-    sys.modules.pop("runner", None)  # not reachable by name from the code under test
-    run_tests(suite, job["seed"], job["shuffle"], job["select"], prepared)
+    for name in ("runner", "lean"):
+        sys.modules.pop(name, None)  # not reachable by name from the code under test
+    run(suite, job["seed"], job["shuffle"], job["select"], prepared)

@@ -48,6 +48,7 @@ os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # `python -I` does not put the script's directory on sys.path
 import runner  # noqa: E402
+import lean  # noqa: E402  (before the trusted code objects are taken)
 
 sys.path.remove(HERE)
 
@@ -119,12 +120,13 @@ class Server:
             f = f.f_back
         self.trusted = runner.trusted_code_objects() + stack
         hook = runner.make_hook(
-            self.trusted, runner.RUN_ITEM_CODE, runner.LOOP_CODE, runner.PYFUNC_CODE,
-            runner.COLLECTED_CODE, runner.ARM_CODE, hashlib.sha256, runner.safe_getframe_callers(),
-            runner.eq_originals(),
+            self.trusted, runner.role_codes(runner, lean), hashlib.sha256,
+            runner.safe_getframe_callers(), runner.eq_originals(),
         )
         sys.addaudithook(hook)
         del hook
+        runner.neuter_signals()
+        runner.presnapshot()
         gc.freeze()  # forked children then do not copy-on-write the server's heap when collecting
 
     # ---- protocol -------------------------------------------------------------------------
@@ -163,6 +165,7 @@ class Server:
         if req.get("task") is not None:
             task = req["task"]
             suite = runner.compile_suite(task["hidden"], self.placeholder)
+            suite.lean, suite.lean_reason = lean.static_plan(task["hidden"])
             self.tasks[key] = (task["files"], suite, runner.compile_snapshot(task["files"]))
             while len(self.tasks) > CACHE_TASKS:
                 self.tasks.popitem(last=False)
@@ -190,6 +193,17 @@ class Server:
             self.cleanup(pid, uid)
 
     def run(self, files: dict, suite, req: dict, task_key: str, pycs: dict | None = None) -> dict:
+        """One child run of the suite; a lean run that falls back is re-run under pytest
+        (and the task keeps pytest from then on)."""
+        use_lean = suite.lean is not None and req.get("lean", True)
+        reply = self.run_once(files, suite, req, task_key, pycs, lean.run_tests if use_lean else None)
+        if use_lean and reply.pop("fallback", None) is not None:
+            suite.lean = None
+            reply = self.run_once(files, suite, req, task_key, pycs, None)
+        reply.pop("fallback", None)
+        return reply
+
+    def run_once(self, files: dict, suite, req: dict, task_key: str, pycs: dict | None, run) -> dict:
         self.finish_pending()
         limits = req.get("limits") or {}
         wall = float(limits.get("wall", 30.0))
@@ -222,7 +236,7 @@ class Server:
             try:
                 for fd in (res_r, key_w, tree_r):
                     os.close(fd)
-                runner.child_main(job, files, suite, res_w, key_r, tree_w, self.prepared, pycs)
+                runner.child_main(job, files, suite, res_w, key_r, tree_w, self.prepared, pycs, run)
                 code = 0
             finally:
                 os._exit(code)
@@ -253,7 +267,11 @@ class Server:
                 pass
         if overflow:
             parsed["flags"].append("tamper_forged_record")
-        return summarize(parsed, status, ru, timed_out, elapsed, limits, self.privsep)
+        reply = summarize(parsed, status, ru, timed_out, elapsed, limits, self.privsep)
+        reply["resources"]["runner"] = "pytest" if run is None else "lean"
+        if parsed["fallback"] is not None:
+            reply["fallback"] = parsed["fallback"]
+        return reply
 
     def supervise(self, pid: int, fds: tuple, deadline: float):
         """Drain the results (and tree) pipes until the child exits, or the deadline.
@@ -412,7 +430,7 @@ def parse_records(data: bytes, key: bytes, nonce: str) -> dict:
     ipad = bytes(b ^ 0x36 for b in key) + b"\x36" * (64 - len(key))
     opad = bytes(b ^ 0x5C for b in key) + b"\x5c" * (64 - len(key))
     out = {"apply": None, "apply_detail": "", "collected": None, "items": [], "flags": [],
-           "done": False, "integrity": True, "error": "", "armed": False}
+           "done": False, "integrity": True, "error": "", "armed": False, "fallback": None}
     expect = 0
     for raw in data.split(b"\n"):
         if not raw:
@@ -443,6 +461,8 @@ def parse_records(data: bytes, key: bytes, nonce: str) -> dict:
             elif kind == "done":
                 out["done"] = True
                 out["integrity"] = fields[2] == "1"
+            elif kind == "fallback":
+                out["fallback"] = bytes.fromhex(fields[2]).decode("utf-8", "replace")
             elif kind == "err":
                 out["error"] = bytes.fromhex(fields[2]).decode("utf-8", "replace")
             else:
@@ -505,7 +525,7 @@ def summarize(parsed: dict, status: int, ru, timed_out: bool, elapsed: float, li
     return {
         "status": run_status, "outcomes": outcomes, "order": order, "flags": flags,
         "collected": parsed["collected"], "detail": detail, "wall": elapsed,
-        "resources": {"cpu_seconds": round(cpu, 4), "max_rss_kb": ru.ru_maxrss,
+        "resources": {"cpu_seconds": round(cpu, 4), "max_rss_kb": ru.ru_maxrss, "minor_faults": ru.ru_minflt,
                       "exit_code": code, "signal": sig, "privsep": privsep},
     }
 
