@@ -186,7 +186,7 @@ class ToolExecutor:
                     "timeout", "")
         if result.exit_code is None or (result.exit_code == 1
                                         and (result.stderr or "").startswith("bwrap:")):
-            return (f"error: the test sandbox failed (no exit status); this is not your "
+            return ("error: the test sandbox failed (no exit status); this is not your "
                     "fault"), "infra_error", f"signal={result.signal} stderr={result.stderr[-500:]}"
         if result.signal is not None:
             return (f"{output}\n[killed by signal {result.signal}: a resource limit was hit]",

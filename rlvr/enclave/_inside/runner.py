@@ -497,10 +497,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     _Exception = Exception
     _BaseException = BaseException
     _blocked = _Blocked
-    _isinstance = isinstance
     _fsdecode_err = "surrogateescape"
     _sha256 = sha256
-    _FunctionType = types.FunctionType
     _range = range
     _fspath = os.fspath
     # Development aid: with RLVR_ENCLAVE_DEBUG_LOG set in the server's environment (the host
