@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark of BENCHMARKS.md, one after the
+# other (they measure time: run them on an otherwise idle machine). As root it starts the
+# private dockerd (like scripts/test.sh) so that the docker figures are measured too.
+# Each bench prints its table and a final JSON line; the logs land in bench/out/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH" RLVR_PROGRESS=0 OMP_NUM_THREADS=1
+mkdir -p bench/out
+started=0
+cleanup() { if [ "$started" = 1 ]; then scripts/dockerd.sh stop || true; fi; }
+trap cleanup EXIT
+if [ "$(id -u)" = 0 ] && [ "${RLVR_SKIP_DOCKER:-0}" != 1 ] && command -v dockerd >/dev/null 2>&1; then
+  eval "$(scripts/dockerd.sh start)"
+  started=1
+fi
+run() { local name=$1; shift; echo "== $name: $*"; "$@" 2>&1 | tee "bench/out/$name.log"; }
+run enclave-bwrap python bench/enclave.py
+if [ "$started" = 1 ]; then run enclave-docker python bench/enclave.py --backend docker --sizes 20,50; fi
+run consensus python bench/consensus.py --trials 1000 --workers 2
+run engine python bench/engine.py --threads 1
+run synthesize python bench/synthesize.py --workers 1,2
