@@ -56,6 +56,7 @@ PROTOCOL = 1
 ENCLAVE_ROOT = "/tmp/rlvr-enclave"
 SERVER_DIR = "/tmp/rlvr-server"
 CACHE_TASKS = 128
+CACHE_PYCS = 8192
 MAX_RECORD_BYTES = 4 << 20
 # The supervisor drains the record pipes every DRAIN_EVERY seconds and when the child exits,
 # not on every record: waking it per record (one per test) costs the child a context switch
@@ -92,6 +93,8 @@ class Server:
             self.privsep = True
         self.counter = 0
         self.tasks: collections.OrderedDict = collections.OrderedDict()
+        self.suites: collections.OrderedDict = collections.OrderedDict()  # hidden digest -> CompiledSuite
+        self.pyc_cache: collections.OrderedDict = collections.OrderedDict()  # (relpath, digest) -> (pyc path, bytes)
         # (task key, patch hash) -> files the patch changed (None = deleted): a consensus
         # re-run of the same patch writes them instead of running git again.
         self.applied: collections.OrderedDict = collections.OrderedDict()
@@ -164,9 +167,7 @@ class Server:
         key = req["key"]
         if req.get("task") is not None:
             task = req["task"]
-            suite = runner.compile_suite(task["hidden"], self.placeholder)
-            suite.lean, suite.lean_reason = lean.static_plan(task["hidden"])
-            self.tasks[key] = (task["files"], suite, runner.compile_snapshot(task["files"]))
+            self.tasks[key] = (task["files"], self.suite_for(task["hidden"]), self.pycs_for(task["files"]))
             while len(self.tasks) > CACHE_TASKS:
                 self.tasks.popitem(last=False)
             req["task"] = None
@@ -178,6 +179,44 @@ class Server:
         reply = self.run(files, suite, req, key, pycs)
         reply["id"] = req.get("id")
         return reply
+
+    def suite_for(self, hidden: dict):
+        """The compiled hidden suite (and its lean plan), shared by every task with the same
+        hidden tests - e.g. all synthetic tasks of one seed family (compiling costs ~60 ms)."""
+        digest = hashlib.sha256(json.dumps(hidden, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
+        suite = self.suites.get(digest)
+        if suite is None:
+            suite = runner.compile_suite(hidden, self.placeholder)
+            suite.lean, suite.lean_reason = lean.static_plan(hidden)
+            self.suites[digest] = suite
+            while len(self.suites) > CACHE_TASKS:
+                self.suites.popitem(last=False)
+        self.suites.move_to_end(digest)
+        return suite
+
+    def pycs_for(self, files: dict) -> dict:
+        """runner.compile_snapshot, per file and cached by content (tasks of one family share
+        all files but the one with the bug)."""
+        out: dict = {}
+        todo: dict = {}
+        for rel, text in files.items():
+            if not rel.endswith(".py"):
+                continue
+            digest = (rel, hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest())
+            hit = self.pyc_cache.get(digest)
+            if hit is None:
+                todo[digest] = text
+            elif hit[0] is not None:
+                out[hit[0]] = hit[1]
+        for digest, text in todo.items():
+            compiled = runner.compile_snapshot({digest[0]: text})
+            entry = next(iter(compiled.items())) if compiled else (None, None)
+            self.pyc_cache[digest] = entry
+            if entry[0] is not None:
+                out[entry[0]] = entry[1]
+        while len(self.pyc_cache) > CACHE_PYCS:
+            self.pyc_cache.popitem(last=False)
+        return out
 
     # ---- one verdict -------------------------------------------------------------------------
     def next_uid(self) -> int | None:
