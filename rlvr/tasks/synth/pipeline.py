@@ -109,6 +109,7 @@ class SynthResult:
     suite_runs: dict[str, int] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)
     probe_unobserved: int = 0
+    probe_jobs: int = 0    # sandboxed probe runs (one per task built)
 
     def yield_rows(self) -> list[dict]:
         """One row per (family, operator): candidates, accepted, rejections by reason."""
@@ -172,6 +173,7 @@ class Synthesizer:
         # tasks whose probe saw none of their public failing tests fail (the instruction
         # then only lists them): should stay 0; counted in the report, never hidden
         self.probe_unobserved = 0
+        self.probe_jobs = 0
 
     # ---- suite runs ----------------------------------------------------------------------
     def _run(self, base: Task, state: dict[str, str]):
@@ -237,6 +239,7 @@ class Synthesizer:
         failures = probe(self.sandbox, jobs, workers=self.workers,
                          timeout_s=p.probe_timeout_s)
         self.progress("probes", len(jobs))
+        self.probe_jobs += len(jobs)
         tasks, fixed_states = [], {}
         leak = lambda text, patch: leaked_lines(  # noqa: E731
             text, patch, self.curation.min_instruction_leak_chars)
@@ -314,7 +317,8 @@ class Synthesizer:
                            suite_runs={"cache_hits": self.cache.hits,
                                        "cache_misses": self.cache.misses},
                            phase_seconds={k: round(v, 3) for k, v in sorted(phases.items())},
-                           probe_unobserved=self.probe_unobserved)
+                           probe_unobserved=self.probe_unobserved,
+                           probe_jobs=self.probe_jobs)
 
 
 # ---- yield report --------------------------------------------------------------------------
