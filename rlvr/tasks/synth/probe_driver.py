@@ -4,10 +4,13 @@ directory and record how each failing test failed (crash message + the failing t
 Stand-alone on purpose (stdlib + pytest only): it is executed by the sandbox interpreter as
 `python probe_driver.py JOBS.json` and must not import rlvr. pytest and its built-in plugin
 modules are imported once in the parent (a session imports the plugins lazily, which every
-forked job would otherwise repeat: ~10% of a job's CPU); every job runs in a forked child so
+forked job would otherwise repeat: ~10% of a job's CPU) and the parent's heap is then frozen
+out of the garbage collector (pytest collects at the end of every session, and each child
+would otherwise walk — and copy-on-write — all of it: ~15%); every job runs in a forked child so
 a mutant's import side effects, infinite loops (SIGALRM) or crashes stay inside that job.
 Results go to `<job dir>/.probe.json`.
 """
+import gc
 import json
 import os
 import signal
@@ -73,6 +76,7 @@ def _preload():
 
 def main(jobs_path):
     _preload()  # shared by every forked job
+    gc.freeze()
 
     with open(jobs_path) as fh:
         jobs = json.load(fh)
