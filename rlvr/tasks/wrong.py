@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rlvr.tasks.model import Task
 
@@ -20,6 +21,12 @@ class WrongSolution:
 
 def function_spans(source: str) -> dict[str, tuple[int, int]]:
     """qualname -> (first line, last line), 1-based inclusive, for every (nested) def."""
+    return dict(_function_spans(source))
+
+
+@lru_cache(maxsize=512)
+def _function_spans(source: str) -> tuple[tuple[str, tuple[int, int]], ...]:
+    # Memoised: every task of a family compares against the same seed module.
     spans: dict[str, tuple[int, int]] = {}
 
     def visit(node: ast.AST, prefix: str) -> None:
@@ -32,7 +39,7 @@ def function_spans(source: str) -> dict[str, tuple[int, int]]:
                 visit(child, name + ".")
 
     visit(ast.parse(source), "")
-    return spans
+    return tuple(spans.items())
 
 
 def changed_functions(before: str, after: str) -> list[str]:
@@ -54,8 +61,10 @@ def changed_functions(before: str, after: str) -> list[str]:
     return [n for n in out if not any(o != n and o.startswith(n + ".") for o in out)]
 
 
+@lru_cache(maxsize=512)
 def stub_function(source: str, qualname: str, constant: str = "None") -> str:
-    """`source` with `qualname`'s body replaced by `return <constant>` (docstring kept)."""
+    """`source` with `qualname`'s body replaced by `return <constant>` (docstring kept).
+    Memoised: the tasks of one function share their fixed module, hence their stub."""
     tree = ast.parse(source)
     target = _find(tree, qualname)
     body = target.body

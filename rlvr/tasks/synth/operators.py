@@ -47,24 +47,29 @@ class FunctionContext:
     """One function of one file: its node, the byte map, and scope facts operators need."""
 
     def __init__(self, source: str, qualname: str):
-        self.map = SourceMap(source)
-        self.tree = ast.parse(source)
+        # One parse and byte map per module, shared by the contexts of all its functions
+        # (enumeration, sibling mutants and curation's wrong solutions each walk every
+        # function of a module); operators only read the tree.
+        self.tree, self.map = _parsed(source)
         self.qualname = qualname
         self.node = find_function(self.tree, qualname)
         body = self.node.body
         if body and _is_docstring(body[0]):
             body = body[1:]
         self.body = body
+        self._nodes: list[ast.AST] | None = None
 
     # ---- traversal ---------------------------------------------------------------------
     def nodes(self) -> list[ast.AST]:
         """Every node in the function body (nested scopes included), in source order."""
-        out = []
-        for stmt in self.body:
-            out.extend(ast.walk(stmt))
-        return sorted((n for n in out if hasattr(n, "lineno")),
-                      key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset,
-                                     type(n).__name__))
+        if self._nodes is None:  # every operator asks, several times
+            out = []
+            for stmt in self.body:
+                out.extend(ast.walk(stmt))
+            self._nodes = sorted((n for n in out if hasattr(n, "lineno")),
+                                 key=lambda n: (n.lineno, n.col_offset, -n.end_lineno,
+                                                -n.end_col_offset, type(n).__name__))
+        return list(self._nodes)
 
     def of_type(self, *types: type) -> list:
         return [n for n in self.nodes() if isinstance(n, types)]
@@ -84,6 +89,11 @@ class FunctionContext:
         `s.replace(a, b).replace(c, d)` or `a + b + c` two nodes start at the same place)."""
         return {"line": node.lineno, "col": node.col_offset,
                 "end_line": node.end_lineno, "end_col": node.end_col_offset}
+
+
+@lru_cache(maxsize=256)
+def _parsed(source: str) -> tuple[ast.Module, SourceMap]:
+    return ast.parse(source), SourceMap(source)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

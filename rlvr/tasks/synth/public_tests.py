@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import random
 from collections import defaultdict
+from functools import lru_cache
 
 PUBLIC_DIR = "tests"
 
@@ -64,7 +65,7 @@ def prune_module(source: str, keep: set[tuple[str, ...]]) -> str:
     """`source` without the test functions / test-class methods not named in `keep`
     (name paths like ("test_x",) or ("TestY", "test_z")). A test class left without tests
     goes too. Everything else stays byte-identical."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     drop: list[tuple[int, int]] = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_test_name(node.name):
@@ -85,6 +86,13 @@ def prune_module(source: str, keep: set[tuple[str, ...]]) -> str:
         dropped.update(range(start, end + 1))
     out = [line for i, line in enumerate(lines, 1) if i not in dropped]
     return _collapse_blank_runs("".join(out))
+
+
+@lru_cache(maxsize=128)
+def _parse(source: str) -> ast.Module:
+    """One parse per hidden test module (every task of a family prunes the same ones);
+    `prune_module` only reads the tree."""
+    return ast.parse(source)
 
 
 def _collapse_blank_runs(text: str) -> str:
