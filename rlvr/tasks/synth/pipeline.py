@@ -19,6 +19,7 @@ Nothing is dropped silently: every candidate ends as an accepted task or a `Reje
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -169,7 +170,14 @@ class Synthesizer:
         self.sandbox = sandbox
         self.workers = max(1, workers)
         self.cache = cache if cache is not None else FamilyOutcomeCache()
-        self.progress = progress or (lambda stage, n: None)
+        self._lock = threading.Lock()  # families are prepared in parallel threads
+        report = progress or (lambda stage, n: None)
+
+        def locked_progress(stage: str, n: int) -> None:
+            with self._lock:
+                report(stage, n)
+
+        self.progress = locked_progress
         # tasks whose probe saw none of their public failing tests fail (the instruction
         # then only lists them): should stay 0; counted in the report, never hidden
         self.probe_unobserved = 0
@@ -239,13 +247,15 @@ class Synthesizer:
         failures = probe(self.sandbox, jobs, workers=self.workers,
                          timeout_s=p.probe_timeout_s)
         self.progress("probes", len(jobs))
-        self.probe_jobs += len(jobs)
+        with self._lock:
+            self.probe_jobs += len(jobs)
         tasks, fixed_states = [], {}
         leak = lambda text, patch: leaked_lines(  # noqa: E731
             text, patch, self.curation.min_instruction_leak_chars)
         for ev, repo, fixed, public_files, failing in drafts:
             if not set(failures[ev.task_id]) & set(failing):
-                self.probe_unobserved += 1
+                with self._lock:
+                    self.probe_unobserved += 1
             reference = make_patch(repo, fixed)
             instruction = write_instruction(package, list(failures[ev.task_id].values()),
                                             failing, reference, leak_check=leak)
@@ -260,51 +270,64 @@ class Synthesizer:
         return tasks, fixed_states
 
     # ---- the whole thing -------------------------------------------------------------------
+    def prepare(self, family: SeedFamily) -> "_Prepared":
+        """One family up to curation: seed run, candidates, suite runs, task drafts."""
+        p = self.params
+        t0 = time.perf_counter()
+        if isinstance(self.cache, FamilyOutcomeCache):
+            self.cache.register(base_task(family))
+        passing = self.seed_outcomes(family)
+        if isinstance(passing, str):
+            return _Prepared(family.name, skipped=passing)
+        seen: dict[str, str] = {}
+        prefer = sibling_keys(family, limit=self.curation.max_mutants, seed=self.curation.seed)
+        singles = single_candidates(family, per_operator=p.per_operator, seed=p.seed,
+                                    operators=p.operator_names, prefer=prefer)
+        evs = self.evaluate(family, singles, passing, seen)
+        proven = [ev.candidate for ev in evs if ev.rejection is None]
+        breaks = {ev.candidate.parts[0].key: ev.fail_to_pass for ev in evs
+                  if ev.rejection is None}
+        combos = combined_candidates(family, proven, budget=p.combined, seed=p.seed)
+        combo_evs = self.evaluate(family, combos, passing, seen)
+        for ev in combo_evs:
+            ev.groups = [breaks[part.key] for part in ev.candidate.parts]
+        evs += combo_evs
+        out = _Prepared(family.name)
+        for ev in evs:
+            out.candidates[ev.task_id] = (family.name, ev.candidate.operator)
+            if ev.rejection is not None:
+                reason, detail = ev.rejection
+                out.rejections.append(Rejection(
+                    ev.task_id, family.name, SOURCE, reason, detail,
+                    ev.candidate.provenance(family, p.seed)))
+        t1 = time.perf_counter()
+        out.drafts, out.fixed_states = self.build(family,
+                                                  [ev for ev in evs if ev.rejection is None])
+        out.phases = {"mutants": t1 - t0, "build": time.perf_counter() - t1}
+        return out
+
     def run(self, families: Sequence[SeedFamily],
             skipped: dict[str, str] | None = None) -> SynthResult:
+        """Every family is prepared (with `workers` > 1, up to `workers` families at once, so
+        one family's serial steps — its seed run, candidate enumeration, task building —
+        overlap another's suite runs), then all drafts are curated together. Results are
+        assembled in family order, so they do not depend on thread timing."""
         start = time.perf_counter()
-        p = self.params
         skipped = dict(skipped or {})
         candidates: dict[str, tuple[str, str]] = {}
         rejections: list[Rejection] = []
         drafts: list[Task] = []
         fixed_states: dict[str, dict[str, str]] = {}
         phases: Counter = Counter()
-        for family in families:
-            t0 = time.perf_counter()
-            if isinstance(self.cache, FamilyOutcomeCache):
-                self.cache.register(base_task(family))
-            passing = self.seed_outcomes(family)
-            if isinstance(passing, str):
-                skipped[family.name] = passing
+        for out in _parallel(self.prepare, list(families), min(self.workers, len(families))):
+            if out.skipped is not None:
+                skipped[out.family] = out.skipped
                 continue
-            seen: dict[str, str] = {}
-            prefer = sibling_keys(family, limit=self.curation.max_mutants,
-                                  seed=self.curation.seed)
-            singles = single_candidates(family, per_operator=p.per_operator, seed=p.seed,
-                                        operators=p.operator_names, prefer=prefer)
-            evs = self.evaluate(family, singles, passing, seen)
-            proven = [ev.candidate for ev in evs if ev.rejection is None]
-            breaks = {ev.candidate.parts[0].key: ev.fail_to_pass for ev in evs
-                      if ev.rejection is None}
-            combos = combined_candidates(family, proven, budget=p.combined, seed=p.seed)
-            combo_evs = self.evaluate(family, combos, passing, seen)
-            for ev in combo_evs:
-                ev.groups = [breaks[part.key] for part in ev.candidate.parts]
-            evs += combo_evs
-            for ev in evs:
-                candidates[ev.task_id] = (family.name, ev.candidate.operator)
-                if ev.rejection is not None:
-                    reason, detail = ev.rejection
-                    rejections.append(Rejection(
-                        ev.task_id, family.name, SOURCE, reason, detail,
-                        ev.candidate.provenance(family, p.seed)))
-            t1 = time.perf_counter()
-            tasks, fixed = self.build(family, [ev for ev in evs if ev.rejection is None])
-            drafts += tasks
-            fixed_states.update(fixed)
-            phases["mutants"] += t1 - t0
-            phases["build"] += time.perf_counter() - t1
+            candidates.update(out.candidates)
+            rejections += out.rejections
+            drafts += out.drafts
+            fixed_states.update(out.fixed_states)
+            phases.update(out.phases)  # summed over families (they overlap when parallel)
         t2 = time.perf_counter()
         result = curate(drafts, self.enclave, self.curation, cache=self.cache,
                         workers=self.workers, fixed_states=fixed_states,
@@ -319,6 +342,19 @@ class Synthesizer:
                            phase_seconds={k: round(v, 3) for k, v in sorted(phases.items())},
                            probe_unobserved=self.probe_unobserved,
                            probe_jobs=self.probe_jobs)
+
+
+@dataclass
+class _Prepared:
+    """One family's share of a run, before curation."""
+
+    family: str
+    skipped: str | None = None
+    candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
+    rejections: list[Rejection] = field(default_factory=list)
+    drafts: list[Task] = field(default_factory=list)
+    fixed_states: dict[str, dict[str, str]] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 # ---- yield report --------------------------------------------------------------------------
