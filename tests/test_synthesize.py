@@ -288,6 +288,23 @@ def test_same_seed_and_inputs_give_byte_identical_outputs(stage_runs):
         assert _sha(one[key]) == _sha(two[key]), key
 
 
+def test_worker_count_does_not_change_outputs(stage_runs, tmp_path):
+    """Families are prepared and tasks curated in parallel threads with 2 workers; one
+    worker must give the same bytes (results are ordered by family / task id, never by
+    completion)."""
+    base, (one, _) = stage_runs
+    params = tmp_path / "params.yaml"
+    params.write_text((base / "params.yaml").read_text().replace("workers: 2", "workers: 1"))
+    assert "workers: 1" in params.read_text()
+    (base / "serial").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLVR_TRACKING", "off")
+        mp.setenv("RLVR_PROGRESS", "0")
+        serial = _run_stage(base / "serial", params)
+    for key in ("tasks", "rejections", "plots"):
+        assert _sha(one[key]) == _sha(serial[key]), key
+
+
 def test_accepted_tasks_are_complete_and_curated(stage_runs):
     base, (one, _) = stage_runs
     tasks = load_tasks(one["tasks"])
