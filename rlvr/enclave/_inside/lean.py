@@ -303,7 +303,7 @@ def _exec_module(ctx: _Context, modname: str, code, filename: str) -> dict | Non
 def _collect(ctx: _Context, config) -> list | None:
     """Arm the hook, execute the hidden modules, build the plan and report it; None after a
     fallback record (the server then re-runs the job under pytest)."""
-    sys.audit("rlvr.arm", runner.late_namespaces(), sys.__dict__)
+    sys.audit("rlvr.arm", runner.late_namespaces(), sys.__dict__, True)
     suite = ctx.suite
     items: list = []
     try:

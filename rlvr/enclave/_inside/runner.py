@@ -804,7 +804,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 # namespaces that no child changes before arming; forks inherit it, so a
                 # child only snapshots the few late ones (late_namespaces) when it arms.
                 S["presnap"] = snapshot(args[0])
-                S["presnap_cls"] = snapshot(args[1])
+                S["presnap_pytest"] = snapshot(args[1])
+                S["presnap_cls"] = snapshot(args[2])
                 return
             if event == "rlvr.init":
                 key, fd, nonce, paths, suite = args
@@ -856,8 +857,12 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                         debug("arm refused")
                         return
                     S["sysdict"] = args[1]
-                    S["snap"] = S["presnap"] + snapshot(args[0])
-                    S["snap_cls"] = S["presnap_cls"]
+                    if args[2] is True:  # the lean runner: pytest's protocol never runs
+                        S["snap"] = S["presnap"] + snapshot(args[0])
+                        S["snap_cls"] = S["presnap_pytest"] + S["presnap_cls"]
+                    else:
+                        S["snap"] = S["presnap"] + S["presnap_pytest"] + snapshot(args[0])
+                        S["snap_cls"] = S["presnap_cls"]
                     S["phase"] = "armed"
                     emit("arm")
                 return
@@ -1087,7 +1092,7 @@ class _Context:
 
 
 _CTX: _Context | None = None
-_GUARDED: tuple[list, list] | None = None
+_GUARDED: tuple[list, list, list] | None = None
 _DirectParam = getattr(_pytest.python, "DirectParamFixtureDef", None)
 _RESOURCE_HINT = "resource"
 
@@ -1117,7 +1122,7 @@ class EnclavePlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session):
         ctx = self.ctx
-        sys.audit("rlvr.arm", late_namespaces(), sys.__dict__)
+        sys.audit("rlvr.arm", late_namespaces(), sys.__dict__, False)
         pm = session.config.pluginmanager
         for rel, code in sorted(ctx.suite.conftests.items()):
             mod = types.ModuleType("rlvr_hidden_conftest_" + str(len(ctx.hidden_dicts)))
@@ -1205,19 +1210,25 @@ GUARDED_MODULES = ("builtins", "sys", "pytest", "random", "os", "posix", "io", "
                    "operator", "math", "hashlib", "signal", "_signal", "lean")
 GUARDED_PREFIXES = ("_pytest", "pluggy")
 # Checked after every test (the rest at collection and at the end): the namespaces a test
-# run goes through. Comparing ~8k bindings costs ~0.4 ms; these ~1.5k, a fifth of that.
-PER_TEST_MODULES = frozenset({
-    "builtins", "sys", "pytest", "random", "_pytest.runner", "_pytest.python", "_pytest.fixtures",
-    "_pytest.reports", "_pytest.main", "_pytest.nodes", "_pytest.outcomes", "_pytest.skipping",
-    "_pytest.python_api", "_pytest.approx", "_pytest.raises", "pluggy._callers", "pluggy._execution", "pluggy._hooks",
-    "pluggy._caller", "pluggy._manager", "lean", "_pytest.mark.structures",
+# run goes through - under either runner (test bodies: builtins, pytest.raises/approx/fail...)
+# and, under pytest, its per-test protocol. Comparing ~8k bindings costs ~0.4 ms per check.
+PER_TEST_CORE = frozenset({
+    "builtins", "sys", "pytest", "random", "_pytest.outcomes", "_pytest.python_api", "_pytest.approx",
+    "_pytest.raises", "lean",
+})
+PER_TEST_PYTEST = frozenset({
+    "_pytest.runner", "_pytest.python", "_pytest.fixtures", "_pytest.reports", "_pytest.main",
+    "_pytest.nodes", "_pytest.skipping", "pluggy._callers", "pluggy._execution", "pluggy._hooks",
+    "pluggy._caller", "pluggy._manager", "_pytest.mark.structures",
 })
 
 
-def guarded_namespaces() -> tuple[list, list]:
-    """(checked after every test, checked at collection and end): module dicts and the
-    class dicts of pytest, pluggy and this runner, whose bindings the checkpoints compare."""
+def guarded_namespaces() -> tuple[list, list, list]:
+    """(checked after every test, also checked after every test under pytest, checked at
+    collection and end): module dicts and the class dicts of pytest, pluggy and the runners,
+    whose bindings the checkpoints compare."""
     per_test: list = [globals()]
+    pytest_path: list = []
     rest: list = []
     for value in list(globals().values()):
         if isinstance(value, type) and value.__module__ == __name__:
@@ -1226,12 +1237,12 @@ def guarded_namespaces() -> tuple[list, list]:
         if not isinstance(mod, types.ModuleType):
             continue
         if name in GUARDED_MODULES or name.startswith(GUARDED_PREFIXES):
-            (per_test if name in PER_TEST_MODULES else rest).append(mod.__dict__)
+            (per_test if name in PER_TEST_CORE else pytest_path if name in PER_TEST_PYTEST else rest).append(mod.__dict__)
             if name.startswith(GUARDED_PREFIXES) or name in ("pytest", "lean"):
                 for value in list(vars(mod).values()):
                     if isinstance(value, type) and value.__module__ == name:
                         rest.append(vars(value))
-    return per_test, rest
+    return per_test, pytest_path, rest
 
 
 def late_namespaces() -> list:
@@ -1243,10 +1254,9 @@ def late_namespaces() -> list:
 def presnapshot() -> None:
     """Hand the hook the server-side snapshot of every guarded namespace but the late ones
     (once, before the first fork: ~8k bindings a child no longer copies and touches)."""
-    per_test, rest = _GUARDED or guarded_namespaces()
     late = {object.__hash__(d) for d in late_namespaces()}
-    sys.audit("rlvr.presnap", [d for d in per_test if object.__hash__(d) not in late],
-              [d for d in rest if object.__hash__(d) not in late])
+    sys.audit("rlvr.presnap", *([d for d in group if object.__hash__(d) not in late]
+                                for group in _GUARDED or guarded_namespaces()))
 
 
 def _run_item(plugin: EnclavePlugin, item, nextitem) -> None:
