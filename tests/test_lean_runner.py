@@ -276,3 +276,27 @@ def test_lean_matches_pytest_on_every_seed_family(enclaves):
         assert lean_run.resources["runner"] == "lean", fam.name
         assert lean_run.outcomes == pytest_run.outcomes, fam.name
         assert lean_run.outcomes and set(lean_run.outcomes.values()) == {"passed"}, fam.name
+
+
+def test_lean_matches_pytest_on_buggy_states(enclaves):
+    """Failing, erroring and crashing code under test (the runs curation decides on): two
+    sampled mutants per family, each as a patch over the pristine family."""
+    from rlvr.tasks.synth.candidates import single_candidates
+    from rlvr.tasks.synth.seeds import discover
+
+    families, _skipped = discover(ROOT / "data" / "seed_repos")
+    compared = failing = 0
+    for fam in families:
+        task = Task(task_id=f"lean-{fam.name}", family=fam.name, instruction="-",
+                    repo_files=dict(fam.repo_files), public_tests=(),
+                    hidden_tests=dict(fam.tests), reference_patch="")
+        candidates = single_candidates(fam, per_operator=1, seed=11)[:: 5][:2]
+        for cand in candidates:
+            patch = unified_diff(fam.repo_files, cand.state(fam))
+            lean_run, pytest_run = _both(enclaves, task, patch, seed=compared)
+            assert lean_run.resources["runner"] == "lean"
+            assert (lean_run.status, lean_run.outcomes) == (pytest_run.status, pytest_run.outcomes), \
+                (fam.name, cand.operator, cand.params)
+            compared += 1
+            failing += any(o != "passed" for o in lean_run.outcomes.values())
+    assert compared >= 12 and failing >= compared // 2
