@@ -12,6 +12,10 @@ import dataclasses
 import io
 from pathlib import Path
 
+import pyarrow as pa
+
+import rlvr.artifacts.schemas  # noqa: F401  (registers the synth_yield contract)
+from rlvr.artifacts.contracts import check as check_contract
 from rlvr.artifacts.io import write_text
 from rlvr.config import load_section
 from rlvr.errors import exit_on_error
@@ -80,8 +84,10 @@ def yield_csv(rows: list[dict]) -> str:
 
 
 def write_outputs(result: SynthResult, out: Path, plots: Path) -> None:
+    rows = result.yield_rows()
+    check_contract("synth_yield", pa.Table.from_pylist(rows), where=str(plots))
     save_pool(out, result.accepted, result.rejections)
-    write_text(plots, yield_csv(result.yield_rows()))
+    write_text(plots, yield_csv(rows))
 
 
 @exit_on_error

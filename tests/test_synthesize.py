@@ -404,3 +404,17 @@ def test_bad_params_are_named_and_exit_2(tmp_path, capsys):
     assert exc.value.code == 2
     assert "synthesize.operators: unknown operator 'no_such_op'" in capsys.readouterr().err
     assert not (tmp_path / "t.parquet").exists()
+
+
+def test_yield_table_breaking_its_contract_is_refused_and_nothing_is_written(tmp_path):
+    from types import SimpleNamespace
+
+    from rlvr.errors import ArtifactError
+    from stages.synthesize import write_outputs
+
+    rows = [{"family": "fam", "operator": "comparison_flip", "candidates": 2, "accepted": 3, "yield": 1.5}]
+    result = SimpleNamespace(accepted=[], rejections=[], yield_rows=lambda: rows)
+    out, plots = tmp_path / "tasks.parquet", tmp_path / "yield.csv"
+    with pytest.raises(ArtifactError, match="synth_yield"):
+        write_outputs(result, out, plots)
+    assert not out.exists() and not plots.exists()

@@ -78,6 +78,14 @@ register("rejections", [
     in_set("reason", REJECTION_REASONS),
 ])
 
+# ---- synthesis yield table (synthesize: plots/synthesize_yield.csv, for `dvc plots`) ---------
+# One row per (family, operator); a `rejected_<reason>` column per rejection reason seen.
+register("synth_yield", [
+    *not_null("family", "operator", "candidates", "accepted", "yield"),
+    nonempty_string("family"), nonempty_string("operator"),
+    between("candidates", 1), between("accepted", 0), between("yield", 0.0, 1.0),
+])
+
 # ---- candidate patches and verdicts (verify) ----------------------------------------------
 PATCHES = pa.schema(
     [
