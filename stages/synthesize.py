@@ -21,7 +21,7 @@ from rlvr.config import load_section
 from rlvr.errors import exit_on_error
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.curation import CurationParams
-from rlvr.tasks.pool import save_pool
+from rlvr.tasks.pool import load_tasks, save_pool
 from rlvr.tasks.splits import SplitParams
 from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
 from rlvr.tasks.synth.seeds import discover
@@ -46,7 +46,17 @@ def load_params(params_path: Path) -> StageParams:
                        load_section(SandboxParams, "sandbox", params_path))
 
 
-def run_synthesis(seeds: Path, params: StageParams) -> SynthResult:
+def known_tasks(paths: list[Path]) -> dict[str, str]:
+    """Content hash -> task id of the pools already built (e.g. the curated hand-authored
+    tasks): a synthetic candidate equal to one of them is rejected as a duplicate."""
+    known: dict[str, str] = {}
+    for path in paths:
+        for task in load_tasks(path):
+            known.setdefault(task.hashes()["content_hash"], task.task_id)
+    return known
+
+
+def run_synthesis(seeds: Path, params: StageParams, known: dict[str, str] | None = None) -> SynthResult:
     from rlvr.enclave import Enclave
     from rlvr.sandbox import get_sandbox
 
@@ -65,8 +75,8 @@ def run_synthesis(seeds: Path, params: StageParams) -> SynthResult:
                  consensus_runs=params.synth.consensus_runs) as enclave:
         try:
             return Synthesizer(params.synth, params.curation, enclave, sandbox,
-                               workers=params.sandbox.workers, progress=tick).run(families,
-                                                                                  skipped)
+                               workers=params.sandbox.workers, progress=tick,
+                               known=known).run(families, skipped)
         finally:
             for bar in bars.values():
                 bar.close()
@@ -97,10 +107,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("artifacts/tasks_synthetic.parquet"))
     p.add_argument("--metrics", type=Path, default=Path("metrics/synthesize.json"))
     p.add_argument("--plots", type=Path, default=Path("plots/synthesize_yield.csv"))
+    p.add_argument("--known", type=Path, action="append", default=[],
+                   help="a tasks Parquet already in the pool (repeatable): duplicates of its "
+                        "tasks are rejected")
     args = p.parse_args(argv)
     params = load_params(args.params)
-    with stage_run("synthesize", params, inputs={}, metrics_path=args.metrics) as run:
-        result = run_synthesis(args.seeds, params)
+    known = known_tasks(args.known)
+    inputs = {f"known{i}": path for i, path in enumerate(args.known)}
+    with stage_run("synthesize", params, inputs=inputs, metrics_path=args.metrics) as run:
+        result = run_synthesis(args.seeds, params, known)
         write_outputs(result, args.out, args.plots)
         run.log_metrics(result.stats())
         run.log_artifact(args.metrics)

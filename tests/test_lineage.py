@@ -52,7 +52,7 @@ def test_failed_stage_writes_no_metrics(tmp_path, monkeypatch):
 def test_flow_order_follows_dvc_yaml():
     order = stage_order()
     assert order.index("curate") < order.index("selfcheck")
-    for before, after in [("synthesize", "rollout"), ("curate", "rollout"),
+    for before, after in [("curate", "synthesize"), ("synthesize", "rollout"), ("curate", "rollout"),
                           ("init_policy", "rollout"), ("rollout", "verify")]:
         if before in order and after in order:
             assert order.index(before) < order.index(after)

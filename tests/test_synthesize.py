@@ -418,3 +418,32 @@ def test_yield_table_breaking_its_contract_is_refused_and_nothing_is_written(tmp
     with pytest.raises(ArtifactError, match="synth_yield"):
         write_outputs(result, out, plots)
     assert not out.exists() and not plots.exists()
+
+
+def test_dedup_rejects_repeats_and_tasks_already_in_the_pool():
+    from rlvr.tasks.curation import dedup
+    from rlvr.tasks.model import Task
+
+    def task(task_id: str, body: str) -> Task:
+        return Task(task_id=task_id, family="fam", instruction="-", repo_files={"pkg/m.py": body},
+                    public_tests=(), hidden_tests={"test_m.py": "def test_a():\n    pass\n"},
+                    reference_patch="")
+
+    a, a_reformatted, b, c = (task("a", "x = 1\n"), task("a2", "x  =  1  # same\n"),
+                              task("b", "x = 2\n"), task("c", "x = 3\n"))
+    known = {c.hashes()["content_hash"]: "authored-c"}
+    result = dedup([a, b, a_reformatted, c], known)
+    assert [t.task_id for t in result.accepted] == ["a", "b"]
+    assert [(r.task_id, r.reason) for r in result.rejections] == [("a2", "duplicate"), ("c", "duplicate")]
+    assert "authored-c" in result.rejections[1].detail
+
+
+def test_a_missing_known_pool_is_named_and_exits_2(tmp_path, capsys):
+    from stages.synthesize import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--known", str(tmp_path / "nope.parquet"), "--out", str(tmp_path / "t.parquet"),
+              "--metrics", str(tmp_path / "m.json"), "--plots", str(tmp_path / "p.csv")])
+    assert exc.value.code == 2
+    assert "nope.parquet" in capsys.readouterr().err
+    assert not (tmp_path / "t.parquet").exists()

@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from rlvr.enclave import Enclave
 from rlvr.errors import PatchFormatError
@@ -229,8 +229,10 @@ def _wrong_solution_checks(task: Task, fixed: dict[str, str], enclave,
 def curate(tasks: Sequence[Task], enclave, params: CurationParams, *,
            cache: OutcomeCache | None = None, workers: int = 1,
            fixed_states: dict[str, dict[str, str]] | None = None,
-           progress: Callable[[int], None] | None = None) -> CurationResult:
-    """Curate many candidates (in parallel over the enclave's workers), then dedup.
+           progress: Callable[[int], None] | None = None,
+           known: Mapping[str, str] | None = None) -> CurationResult:
+    """Curate many candidates (in parallel over the enclave's workers), then dedup (against
+    each other and against `known`: content hash -> id of tasks already in the pool).
 
     Results are assembled in input order, so the output does not depend on thread timing.
     """
@@ -248,9 +250,15 @@ def curate(tasks: Sequence[Task], enclave, params: CurationParams, *,
             results = list(pool.map(one, tasks))
     else:
         results = [one(t) for t in tasks]
+    return dedup(results, known)
+
+
+def dedup(results: Sequence[Task | Rejection], known: Mapping[str, str] | None = None) -> CurationResult:
+    """Accepted tasks minus those whose normalised content (`content_hash`) an earlier one,
+    or a task in `known` (hash -> task id), already has: rejected as duplicates, first wins."""
     accepted: list[Task] = []
     rejections: list[Rejection] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, str] = dict(known or {})
     for result in results:
         if isinstance(result, Rejection):
             rejections.append(result)

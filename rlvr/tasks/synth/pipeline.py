@@ -24,7 +24,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from rlvr.errors import ConfigError
 from rlvr.tasks.curation import CurationParams, OutcomeCache, Rejection, curate, leaked_lines
@@ -163,8 +163,12 @@ class Synthesizer:
 
     def __init__(self, params: SynthParams, curation: CurationParams, enclave, sandbox, *,
                  workers: int = 1, cache: OutcomeCache | None = None,
-                 progress: Callable[[str, int], None] | None = None):
+                 progress: Callable[[str, int], None] | None = None,
+                 known: Mapping[str, str] | None = None):
         self.params = params
+        # content hash -> id of tasks already in the pool (hand-authored ones): a candidate
+        # with the same normalised content is a duplicate, like two equal candidates.
+        self.known = dict(known or {})
         self.curation = curation
         self.enclave = enclave
         self.sandbox = sandbox
@@ -331,7 +335,7 @@ class Synthesizer:
         t2 = time.perf_counter()
         result = curate(drafts, self.enclave, self.curation, cache=self.cache,
                         workers=self.workers, fixed_states=fixed_states,
-                        progress=lambda n: self.progress("curate", n))
+                        progress=lambda n: self.progress("curate", n), known=self.known)
         phases["curate"] += time.perf_counter() - t2
         accepted = sorted(result.accepted, key=lambda t: t.task_id)
         rejections = sorted(rejections + result.rejections, key=lambda r: r.task_id)
