@@ -21,6 +21,7 @@ from rlvr.config import load_section
 from rlvr.errors import exit_on_error
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.curation import CurationParams
+from rlvr.tasks.model import content_hash
 from rlvr.tasks.pool import load_tasks, save_pool
 from rlvr.tasks.splits import SplitParams
 from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
@@ -52,7 +53,7 @@ def known_tasks(paths: list[Path]) -> dict[str, str]:
     known: dict[str, str] = {}
     for path in paths:
         for task in load_tasks(path):
-            known.setdefault(task.hashes()["content_hash"], task.task_id)
+            known.setdefault(content_hash(task), task.task_id)
     return known
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 from rlvr.enclave import Enclave
 from rlvr.errors import PatchFormatError
-from rlvr.tasks.model import Task, files_hash
+from rlvr.tasks.model import Task, content_hash, files_hash
 from rlvr.tasks.patches import apply_patch, make_patch
 from rlvr.tasks.splits import SplitParams, assign_split
 from rlvr.tasks.wrong import wrong_solutions
@@ -263,7 +263,7 @@ def dedup(results: Sequence[Task | Rejection], known: Mapping[str, str] | None =
         if isinstance(result, Rejection):
             rejections.append(result)
             continue
-        key = result.hashes()["content_hash"]
+        key = content_hash(result)
         if key in seen:
             rejections.append(Rejection(result.task_id, result.family, result.source,
                                         "duplicate", f"same normalised content as {seen[key]}",

@@ -43,7 +43,8 @@ from _pytest.outcomes import Exit, Skipped, XFailed
 from _pytest.python import IdMaker
 
 import runner
-from runner import _RESOURCE_HINT, _Context, _HiddenFinder, _is_test_file, _resource_exception, _seed_item
+from runner import (_RESOURCE_HINT, _Context, _HiddenFinder, _is_test_file, _resource_exception, _seed_item,
+                    exec_hidden, order_items)
 
 # Marks whose semantics need pytest's fixture or xfail machinery.
 PYTEST_ONLY_MARKS = frozenset({"xfail", "usefixtures"})
@@ -291,10 +292,8 @@ def _exec_module(ctx: _Context, modname: str, code, filename: str) -> dict | Non
     """Execute one hidden test module like runner._MemModule: a fresh module object that is
     never put in sys.modules. None when importing it raised (its tests are then missing)."""
     mod = types.ModuleType(modname)
-    mod.__file__ = filename
-    ctx.hidden_dicts.append(mod.__dict__)
     try:
-        exec(code, mod.__dict__)
+        exec_hidden(ctx, mod, code, filename)
     except BaseException:  # noqa: B036 - SystemExit/pytest.exit/skip at import time too
         return None
     return mod.__dict__
@@ -327,12 +326,7 @@ def _collect(ctx: _Context, config) -> list | None:
         reason = str(exc)
         sys.audit("rlvr.fallback", reason)
         return None
-    if ctx.select is not None:
-        wanted = set(ctx.select)
-        items = [it for it in items if it.nodeid in wanted]
-    items.sort(key=lambda it: it.nodeid)
-    if ctx.shuffle:
-        random.Random(f"order:{ctx.seed}").shuffle(items)
+    items = order_items(items, ctx)
     plan = [(it.nodeid, it, it.name, tuple(it.params.items())) for it in items]
     extra_dicts = list(ctx.hidden_dicts)
     hooklists: list = []

@@ -195,7 +195,6 @@ class CompiledSuite:
         self.needs_io_plugins = True
         # The lean runner's static plan (lean.static_plan), None when the suite needs pytest.
         self.lean: dict | None = None
-        self.lean_reason = ""
 
 
 def _is_test_file(name: str) -> bool:
@@ -1037,9 +1036,7 @@ class _MemModule(pytest.Module):
             raise self.CollectError(ctx.suite.errors[rel])
         modname, code = ctx.suite.test_modules[rel]
         mod = types.ModuleType(modname)
-        mod.__file__ = str(self.path)
-        ctx.hidden_dicts.append(mod.__dict__)
-        exec(code, mod.__dict__)
+        exec_hidden(ctx, mod, code, str(self.path))
         return mod
 
     def collect(self):
@@ -1076,9 +1073,27 @@ class _HiddenFinder:
 
     def exec_module(self, module):
         rel, code, _ = self.modules[module.__name__]
-        module.__file__ = f"{HIDDEN}/{rel}"
-        _CTX.hidden_dicts.append(module.__dict__)
-        exec(code, module.__dict__)
+        exec_hidden(_CTX, module, code, f"{HIDDEN}/{rel}")
+
+
+def exec_hidden(ctx, module: types.ModuleType, code, filename: str) -> None:
+    """Run hidden code (a test module, helper or conftest) in `module`, which is never put in
+    sys.modules; its namespace joins the hidden dicts the integrity checkpoints compare."""
+    module.__file__ = filename
+    ctx.hidden_dicts.append(module.__dict__)
+    exec(code, module.__dict__)
+
+
+def order_items(items: list, ctx) -> list:
+    """The run order, the same under both runners: the selection, sorted by node id
+    (collection order must not leak into the seed), then shuffled by the run's seed."""
+    if ctx.select is not None:
+        wanted = set(ctx.select)
+        items = [it for it in items if it.nodeid in wanted]
+    items = sorted(items, key=lambda it: it.nodeid)
+    if ctx.shuffle:
+        random.Random(f"order:{ctx.seed}").shuffle(items)
+    return items
 
 
 class _Context:
@@ -1126,10 +1141,8 @@ class EnclavePlugin:
         pm = session.config.pluginmanager
         for rel, code in sorted(ctx.suite.conftests.items()):
             mod = types.ModuleType("rlvr_hidden_conftest_" + str(len(ctx.hidden_dicts)))
-            mod.__file__ = f"{HIDDEN}/{rel}"
-            ctx.hidden_dicts.append(mod.__dict__)
             try:
-                exec(code, mod.__dict__)
+                exec_hidden(ctx, mod, code, f"{HIDDEN}/{rel}")
             except Exception:
                 continue
             pm.consider_conftest(mod, registration_name=f"{HIDDEN}/{rel}")
@@ -1145,12 +1158,7 @@ class EnclavePlugin:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
         ctx = self.ctx
-        if ctx.select is not None:
-            wanted = set(ctx.select)
-            items[:] = [it for it in items if it.nodeid in wanted]
-        items.sort(key=lambda it: it.nodeid)  # collection order must not leak into the seed
-        if ctx.shuffle:
-            random.Random(f"order:{ctx.seed}").shuffle(items)
+        items[:] = order_items(items, ctx)
         plan = []
         for it in items:
             fname = it.nodeid.split("::")[-1].split("[", 1)[0]
@@ -1295,8 +1303,7 @@ ROLES = ("run_item", "loop", "pyfunc", "collected", "arm", "fallback")
 def role_codes(*runners) -> dict:
     """{role: (code, ...)} over runner modules exposing RUN_ITEM_CODE, LOOP_CODE, ... (a
     runner without a role, like this pytest one without fallback, contributes nothing)."""
-    attrs = {"run_item": "RUN_ITEM_CODE", "loop": "LOOP_CODE", "pyfunc": "PYFUNC_CODE",
-             "collected": "COLLECTED_CODE", "arm": "ARM_CODE", "fallback": "FALLBACK_CODE"}
+    attrs = {role: role.upper() + "_CODE" for role in ROLES}
     return {role: tuple(getattr(m, attr) for m in runners if hasattr(m, attr)) for role, attr in attrs.items()}
 
 

@@ -187,7 +187,7 @@ class Server:
         suite = self.suites.get(digest)
         if suite is None:
             suite = runner.compile_suite(hidden, self.placeholder)
-            suite.lean, suite.lean_reason = lean.static_plan(hidden)
+            suite.lean, _reason = lean.static_plan(hidden)
             self.suites[digest] = suite
             while len(self.suites) > CACHE_TASKS:
                 self.suites.popitem(last=False)
@@ -235,14 +235,15 @@ class Server:
         """One child run of the suite; a lean run that falls back is re-run under pytest
         (and the task keeps pytest from then on)."""
         use_lean = suite.lean is not None and req.get("lean", True)
-        reply = self.run_once(files, suite, req, task_key, pycs, lean.run_tests if use_lean else None)
-        if use_lean and reply.pop("fallback", None) is not None:
+        reply, fallback = self.run_once(files, suite, req, task_key, pycs, lean.run_tests if use_lean else None)
+        if fallback is not None:  # only the lean runner can send one
             suite.lean = None
-            reply = self.run_once(files, suite, req, task_key, pycs, None)
-        reply.pop("fallback", None)
+            reply, _ = self.run_once(files, suite, req, task_key, pycs, None)
         return reply
 
-    def run_once(self, files: dict, suite, req: dict, task_key: str, pycs: dict | None, run) -> dict:
+    def run_once(self, files: dict, suite, req: dict, task_key: str, pycs: dict | None,
+                 run) -> tuple[dict, str | None]:
+        """(reply, the lean runner's fallback reason or None)."""
         self.finish_pending()
         limits = req.get("limits") or {}
         wall = float(limits.get("wall", 30.0))
@@ -308,9 +309,7 @@ class Server:
             parsed["flags"].append("tamper_forged_record")
         reply = summarize(parsed, status, ru, timed_out, elapsed, limits, self.privsep)
         reply["resources"]["runner"] = "pytest" if run is None else "lean"
-        if parsed["fallback"] is not None:
-            reply["fallback"] = parsed["fallback"]
-        return reply
+        return reply, parsed["fallback"]
 
     def supervise(self, pid: int, fds: tuple, deadline: float):
         """Drain the results (and tree) pipes until the child exits, or the deadline.
