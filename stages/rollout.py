@@ -112,7 +112,7 @@ def build_engine(params: RolloutParams):
     fields; scripted: none)."""
     opts = dict(params.engine_options)
     if params.engine == "scripted":
-        from rlvr.engines.scripted import ScriptedTeacher
+        from rlvr.teachers.scripted import ScriptedTeacher
 
         if opts:
             raise ConfigError(f"rollout.engine_options: the scripted teacher takes none "
@@ -130,7 +130,7 @@ def build_engine(params: RolloutParams):
         return open_vllm_engine(params.model_dir, where="rollout.engine_options",
                                 policy_version=params.policy_version
                                 or weights_fingerprint(params.model_dir), **opts)
-    from rlvr.engines.openai_engine import OpenAIEngine
+    from rlvr.teachers.openai import OpenAIEngine
 
     return OpenAIEngine.from_options(opts, where="rollout.engine_options")
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rlvr.engines.base import TextEngine
-from rlvr.engines.openai_engine import (
+from rlvr.teachers.openai import (
     OpenAIEngine,
     OpenAITeacherParams,
     TeacherAuthError,

@@ -12,7 +12,7 @@ from rlvr.agent.episode import Budgets, EpisodeConfig, teacher_view
 from rlvr.agent.passport import passport_row, rebuild_check
 from rlvr.agent.tools import parse_action
 from rlvr.agent.transcript import ChatCodec
-from rlvr.engines.scripted import ScriptedTeacher, line_edit
+from rlvr.teachers.scripted import ScriptedTeacher, line_edit
 from rlvr.tasks.patches import apply_patch
 
 

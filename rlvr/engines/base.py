@@ -10,7 +10,7 @@
 
 Backends: `torch` (CPU default, KV cache, prefix-shared group prefill), `vllm` (client of a
 `vllm serve` process in its own venv), `openai` (any OpenAI-compatible chat endpoint, a
-teacher), `scripted` (a systematic debugging teacher with controlled noise).
+teacher, in `rlvr.teachers`), `scripted` (a systematic debugging teacher, `rlvr.teachers`).
 """
 from __future__ import annotations
 
