@@ -216,3 +216,48 @@ def test_run_tests_on_every_sandbox_backend(tmp_path, sandbox_backend):
         assert "2 passed" in run(ex, "run_tests").observation
         assert (w.repo / "tests" / "test_public.py").read_text() == w.task.repo_files[
             "tests/test_public.py"]
+
+
+# ---- the line-addressed edit and fault localisation (issue "Learning I" §4) -----------------
+def test_line_edit_replaces_within_the_addressed_line_only(ws):
+    ex = host(ws)
+    lines = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    no = next(i for i, t in enumerate(lines, 1) if "if v <= limit:" in t)
+    obs = run(ex, "edit", path="mini/core.py", line=no, old="<=", new="<")
+    assert obs.status == "ok" and obs.observation == "edited mini/core.py"
+    after = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    assert after[no - 1] == lines[no - 1].replace("<=", "<")
+    assert [a for a, b in zip(after, lines) if a != b] == [after[no - 1]]
+
+
+@pytest.mark.parametrize("line, old, message", [
+    (1, "<=", "occurs 0 times in line 1"),
+    (10_000, "<", "out of range"),
+])
+def test_line_edit_errors_show_the_line(ws, line, old, message):
+    obs = run(host(ws), "edit", path="mini/core.py", line=line, old=old, new="x")
+    assert obs.status == "error" and message in obs.observation
+    if "occurs" in message:
+        first = (ws.repo / "mini" / "core.py").read_text().split("\n")[0].strip()
+        assert obs.observation.endswith(first)
+
+
+def test_suspicious_lines_rank_by_ochiai():
+    from rlvr.agent._sandbox.rlvr_locate import suspicious_lines
+
+    lines = {"t_fail": {("a.py", 3), ("a.py", 4)}, "t_pass": {("a.py", 3)},
+             "t_pass2": {("a.py", 3), ("a.py", 9)}}
+    ranked = suspicious_lines(lines, {"t_fail": False, "t_pass": True, "t_pass2": True})
+    assert [(p, n) for p, n, *_ in ranked] == [("a.py", 4), ("a.py", 3)]
+    assert ranked[0][2:] == (1.0, 1, 0)
+    assert suspicious_lines(lines, {"t_fail": True}) == []
+
+
+def test_run_tests_names_the_suspicious_source_line(ws, bwrap_sandbox):
+    obs = run(host(ws, sandbox=bwrap_sandbox), "run_tests")
+    assert "suspicious lines" in obs.observation
+    lines = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    no = next(i for i, t in enumerate(lines, 1) if "if v <= limit:" in t)
+    section = obs.observation.split("suspicious lines", 1)[1]
+    assert f"mini/core.py:{no}: if v <= limit:" in section
+    assert "tests/" not in section.split("short test summary")[0]

@@ -4,7 +4,9 @@
 escapes, symlinks, binaries and read-only paths). `run_tests` is the only tool that runs
 repository (= policy-written) code, and it runs it inside the sandbox: the repo mounted
 writable at /work, the pristine public tests mounted read-only on top, `.git` hidden, no
-network, resource limits and the tool timeout.
+network, resource limits and the tool timeout. Its pytest loads `_sandbox/rlvr_locate.py`,
+which appends the source lines failing tests ran and passing tests did not (file:line, the
+address the line-addressed `edit` takes).
 
 Every observation is capped at `observation_cap` characters with an explicit
 "[... truncated N chars]" marker (head and tail kept: pytest puts the summary last).
@@ -16,7 +18,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from rlvr.agent.hunks import HunkError, apply_hunk
 from rlvr.agent.tools import ToolCall
@@ -24,6 +26,12 @@ from rlvr.agent.workspace import Workspace, WorkspaceError
 from rlvr.sandbox.base import Limits, Mount, Sandbox
 
 TOOL_STATUSES = ("ok", "error", "timeout", "infra_error", "submitted", "invalid", "none")
+
+# run_tests loads the fault-localisation plugin (`_sandbox/rlvr_locate.py`) from a read-only
+# mount: it runs beside the policy's code in the policy's sandbox, never on the host.
+TOOLS_DIR = Path(__file__).resolve().parent / "_sandbox"
+TOOLS_TARGET = "/opt/rlvr-agent"
+LOCATE_PLUGIN = "rlvr_locate"
 
 MAX_LISTING = 300
 MAX_MATCHES = 50
@@ -75,6 +83,23 @@ def cap_text(text: str, cap: int) -> tuple[str, bool]:
     tail = cap - head
     return (f"{text[:head]}\n[... truncated {dropped} chars]\n{text[len(text) - tail:]}"
             if tail else f"{text[:head]}\n[... truncated {dropped} chars]"), True
+
+
+def edit_line(text: str, line: int, old: str, new: str) -> tuple[str, str]:
+    """`text` with `old` replaced by `new` inside line `line` (1-based, as `view` numbers it),
+    and '' — or the unchanged text and an error that shows the line, so the next attempt can
+    quote from it."""
+    lines = text.split("\n")
+    n = len(lines) - (1 if lines and lines[-1] == "" else 0)
+    if line > n:
+        return text, f"line {line} is out of range (1-{n})"
+    current = lines[line - 1]
+    count = current.count(old)
+    if count != 1:
+        return text, (f"`old` occurs {count} times in line {line} (it must occur exactly once); "
+                      f"line {line} is: {current.strip()}")
+    lines[line - 1] = current.replace(old, new, 1)
+    return "\n".join(lines), ""
 
 
 class ToolExecutor:
@@ -137,13 +162,17 @@ class ToolExecutor:
         return f"{total} match{'es' if total != 1 else ''}\n" + "\n".join(matches) + more, "ok", ""
 
     def _tool_edit(self, path: str, old: str | None = None, new: str | None = None,
-                   hunk: str | None = None):
+                   hunk: str | None = None, line: int | None = None):
         reason = self.ws.is_protected(path)
         if reason:
             return f"error: {reason}", "error", ""
         text = self.ws.read_text(path)
         if hunk is not None:
             updated = apply_hunk(text, hunk)
+        elif line is not None:
+            updated, error = edit_line(text, line, old, new)
+            if error:
+                return f"error: {path}: {error}", "error", ""
         else:
             count = text.count(old)
             if count != 1:
@@ -169,13 +198,15 @@ class ToolExecutor:
                         f"{', '.join(public)})"), "error", ""
             targets = [norm + path[len(file_part):]]
         argv = [self.sandbox.python, "-m", "pytest", "-q", "--tb=short", "--no-header",
-                "--color=no", "-p", "no:cacheprovider", *targets]
-        mounts = [Mount(self.ws.repo, "/work", writable=True)]
+                "--color=no", "-p", "no:cacheprovider", "-p", LOCATE_PLUGIN, *targets]
+        mounts = [Mount(TOOLS_DIR, TOOLS_TARGET),
+                  Mount(self.ws.repo, "/work", writable=True)]
         for tree in self.ws.protected:
             mounts.append(Mount(self.ws.public / tree.name, f"/work/{tree.name}", writable=False))
         mounts.append(Mount(self.ws.empty, "/work/.git", writable=False))
         try:
-            result = self.sandbox.run(argv, mounts=mounts, cwd="/work", env=dict(SANDBOX_ENV),
+            result = self.sandbox.run(argv, mounts=mounts, cwd="/work",
+                                      env={**SANDBOX_ENV, "PYTHONPATH": TOOLS_TARGET},
                                       limits=self.limits)
         except Exception as exc:  # noqa: BLE001 - any sandbox failure is infrastructure
             return (f"error: the test sandbox failed ({type(exc).__name__}); this is not "

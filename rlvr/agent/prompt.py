@@ -17,7 +17,8 @@ You fix a bug in a Python repository. Each turn: think briefly, then call exactl
 Tools:
 - view {"path": str, "start": int?, "end": int?}: show a file with line numbers, or list a directory
 - search {"pattern": str, "path": str?}: lines containing a literal string
-- run_tests {"path": str?}: run the public tests (read-only)
+- run_tests {"path": str?}: run the public tests (read-only); failures list suspicious file:line
+- edit {"path": str, "line": int, "old": str, "new": str}: in line `line`, replace `old` (once in that line) by `new`
 - edit {"path": str, "old": str, "new": str}: replace text that occurs exactly once
 - edit {"path": str, "hunk": str}: apply one unified-diff hunk
 - submit {}: finish; the source files as they are now are your answer

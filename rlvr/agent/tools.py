@@ -57,9 +57,24 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
         "additionalProperties": False,
     },
     "edit": {
-        "description": "Change a source file: replace the exact text `old` (must occur exactly "
-                       "once) by `new`, or apply one unified-diff hunk.",
+        "description": "Change a source file: replace `old` by `new` within line `line` (as "
+                       "numbered by `view`, a traceback or run_tests; `old` must occur exactly "
+                       "once in that line), or replace the exact text `old` (must occur exactly "
+                       "once in the file) by `new`, or apply one unified-diff hunk.",
         "oneOf": [
+            {
+                # the line-addressed edit: the primary action of small policies, which cannot
+                # copy long spans from their context (issue "Learning I" §4)
+                "type": "object",
+                "properties": {
+                    "path": _PATH,
+                    "line": {"type": "integer", "minimum": 1},
+                    "old": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "new": {"type": "string", "maxLength": 200},
+                },
+                "required": ["path", "line", "old", "new"],
+                "additionalProperties": False,
+            },
             {
                 "type": "object",
                 "properties": {
@@ -157,8 +172,8 @@ def validate_call(name: str, args: Any) -> str:
         return ""
     where = "/".join(str(p) for p in error.absolute_path)
     if name == "edit" and error.validator == "oneOf":
-        return ("edit takes either {\"path\", \"old\", \"new\"} or {\"path\", \"hunk\"} "
-                "(strings, nothing else)")
+        return ("edit takes {\"path\", \"line\", \"old\", \"new\"}, {\"path\", \"old\", "
+                "\"new\"} or {\"path\", \"hunk\"} (line an integer >= 1, the rest strings)")
     return f"{name}: {'args/' + where + ': ' if where else ''}{error.message}"
 
 
