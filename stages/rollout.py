@@ -17,6 +17,7 @@ fixed order — identical (up to wall-clock columns) to an uninterrupted run.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -43,9 +44,6 @@ from rlvr.tasks.model import Task
 from rlvr.tasks.pool import load_tasks
 from rlvr.tracking.stage import stage_run
 from stages.common import parser, progress
-
-ENGINES = ("scripted", "torch", "vllm", "openai")
-
 
 @dataclass(frozen=True)
 class TeacherParams:
@@ -107,32 +105,12 @@ def select_tasks(paths: list[Path], split: str, max_tasks: int, seed: int) -> li
 
 
 def build_engine(params: RolloutParams):
-    """The acting engine named by `rollout.engine`; `engine_options` go to its constructor
-    (torch: TorchEngine keywords; vllm: VllmEngineParams fields; openai: OpenAITeacherParams
-    fields; scripted: none)."""
-    opts = dict(params.engine_options)
-    if params.engine == "scripted":
-        from rlvr.teachers.scripted import ScriptedTeacher
+    """The acting engine named by `rollout.engine` (see `rlvr.engines.build_engine`)."""
+    from rlvr.engines import build_engine as build
 
-        if opts:
-            raise ConfigError(f"rollout.engine_options: the scripted teacher takes none "
-                              f"(got {sorted(opts)})")
-        return ScriptedTeacher(noise=params.teacher.noise, max_turns=params.budgets.max_turns)
-    if params.engine == "torch":
-        from rlvr.engines.torch_engine import TorchEngine
-
-        return TorchEngine(params.model_dir, policy_version=params.policy_version or None,
-                           **opts)
-    if params.engine == "vllm":
-        from rlvr.engines.model_dir import weights_fingerprint
-        from rlvr.engines.vllm_engine import open_vllm_engine
-
-        return open_vllm_engine(params.model_dir, where="rollout.engine_options",
-                                policy_version=params.policy_version
-                                or weights_fingerprint(params.model_dir), **opts)
-    from rlvr.teachers.openai import OpenAIEngine
-
-    return OpenAIEngine.from_options(opts, where="rollout.engine_options")
+    return build(params.engine, params.model_dir, policy_version=params.policy_version or None,
+                 options=params.engine_options, teacher=dataclasses.asdict(params.teacher),
+                 max_turns=params.budgets.max_turns)
 
 
 def fingerprint(params: RolloutParams, sandbox: SandboxParams, tasks: list[Task],
@@ -178,8 +156,6 @@ def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxPa
 
 def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
               on_group_written, stats) -> list[dict]:
-    if params.policy_version and params.engine != "torch":
-        engine.policy_version = params.policy_version
     config = EpisodeConfig(codec=codec, budgets=params.budgets, decoding=params.decoding,
                            repetition=params.repetition, reward=params.reward,
                            sandbox=sandbox, limits=sandbox_params.limits.to_limits(),

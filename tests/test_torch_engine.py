@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.engines import load_token_engine
+from rlvr.engines import build_engine
 from rlvr.engines.base import SamplingParams, TokenEngine
 from rlvr.engines.local_policy import build_tiny_policy
 from rlvr.engines.model_dir import weights_fingerprint
@@ -273,7 +273,7 @@ def test_policy_version_and_weight_updates(policy_dir):
 
 
 def test_factory_builds_engines_by_name(policy_dir):
-    eng = load_token_engine("torch", policy_dir, policy_version="f")
+    eng = build_engine("torch", policy_dir, policy_version="f", options={"share_prefix": False})
     assert isinstance(eng, TorchEngine) and eng.policy_version == "f"
-    with pytest.raises(ConfigError, match="engine kind 'nope' unknown"):
-        load_token_engine("nope", policy_dir)
+    with pytest.raises(ConfigError, match="rollout.engine_options.shared: unknown key"):
+        build_engine("torch", policy_dir, options={"shared": True})

@@ -404,7 +404,7 @@ def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0",
                      repo_root: str | Path | None = None, where: str = "rollout.engine_options",
                      **options) -> VllmEngine:
     """Launch (or attach to) a vLLM server for `model_dir` from a plain option mapping, e.g.
-    a stage's `engine_options` or `load_token_engine("vllm", model_dir, **options)`. The
+    a stage's `engine_options` (`rlvr.engines.build_engine("vllm", ...)` parses them itself). The
     options are VllmEngineParams fields (`server:` nested), validated like params.yaml: an
     unknown or mistyped key is a ConfigError naming `<where>.<key>`. Close the engine (or
     use it as a context manager) to stop an owned server."""

@@ -1,0 +1,72 @@
+"""`rlvr.engines.build_engine`: one factory for every acting engine (torch, vllm, openai,
+scripted), each option error named as its params.yaml field."""
+from __future__ import annotations
+
+import pytest
+
+from agentkit import tiny_policy_dir
+from rlvr.engines import ENGINES, TEXT_ENGINES, TOKEN_ENGINES, build_engine
+from rlvr.errors import ConfigError
+
+
+def test_every_kind_is_registered_once():
+    assert set(ENGINES) == {"torch", "vllm", "openai", "scripted"}
+    assert set(TOKEN_ENGINES) & set(TEXT_ENGINES) == set()
+
+
+def test_torch():
+    from rlvr.engines.model_dir import weights_fingerprint
+    from rlvr.engines.torch_engine import TorchEngine
+
+    policy = tiny_policy_dir()
+    eng = build_engine("torch", policy, options={"share_prefix": False})
+    assert isinstance(eng, TorchEngine) and not eng.share_prefix
+    assert eng.policy_version == weights_fingerprint(policy)
+    assert build_engine("torch", policy, policy_version="step-3").policy_version == "step-3"
+    with pytest.raises(ConfigError, match=r"evaluate\.engine_options\.devcie: unknown key"):
+        build_engine("torch", policy, options={"devcie": "cpu"}, where="evaluate")
+
+
+def test_vllm_attaches_to_a_running_server_without_launching_one(tmp_path):
+    from rlvr.engines.vllm_engine import VllmEngine
+
+    # attaching builds a client only (no request is sent), so no server is needed here
+    eng = build_engine("vllm", tmp_path, policy_version="p1",
+                       options={"base_url": "http://127.0.0.1:9/", "served_model_name": "m"})
+    try:
+        assert isinstance(eng, VllmEngine) and eng.server is None
+        assert (eng.policy_version, eng.model, eng.base_url) == ("p1", "m", "http://127.0.0.1:9")
+    finally:
+        eng.close()
+    with pytest.raises(ConfigError, match=r"rollout\.engine_options\.base_ur"):
+        build_engine("vllm", tmp_path, options={"base_ur": "http://x"})
+
+
+def test_openai(tmp_path):
+    from rlvr.teachers.openai import OpenAIEngine
+
+    eng = build_engine("openai", tmp_path, options={"model": "m", "api_key_env": ""})
+    assert isinstance(eng, OpenAIEngine) and eng.policy_version == "openai:m"
+    eng = build_engine("openai", tmp_path, policy_version="teacher-a",
+                       options={"model": "m", "api_key_env": ""})
+    assert eng.policy_version == "teacher-a"
+    with pytest.raises(ConfigError, match=r"rollout\.engine_options\.modle"):
+        build_engine("openai", tmp_path, options={"modle": "m"})
+
+
+def test_scripted(tmp_path):
+    from rlvr.teachers.scripted import ScriptedTeacher
+
+    eng = build_engine("scripted", tmp_path, teacher={"noise": 0.25}, max_turns=7)
+    assert isinstance(eng, ScriptedTeacher)
+    assert (eng.noise, eng.max_turns) == (0.25, 7)
+    assert eng.policy_version.endswith("noise0.25")
+    with pytest.raises(ConfigError, match="the scripted teacher takes none"):
+        build_engine("scripted", tmp_path, options={"temperature": 1.0})
+
+
+def test_unknown_kind_names_the_field_and_the_known_kinds(tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        build_engine("gpt", tmp_path)
+    assert str(exc.value) == ("rollout.engine: engine kind 'gpt' unknown "
+                              "(known: openai, scripted, torch, vllm)")
