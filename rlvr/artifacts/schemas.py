@@ -11,7 +11,7 @@ from rlvr.artifacts.contracts import between, in_set, nonempty_string, not_null,
 FILES = pa.list_(pa.struct([("path", pa.string()), ("content", pa.string())]))
 QUARANTINE = pa.list_(pa.struct([("test_id", pa.string()), ("reason", pa.string())]))
 
-SPLITS = ("train", "heldout", "regression")
+SPLITS = ("train", "heldout_function", "heldout", "regression")  # rlvr.tasks.splits
 TASK_SOURCES = ("authored", "synthetic", "swebench")
 
 # ---- tasks (curate, synthesize) ----------------------------------------------------------

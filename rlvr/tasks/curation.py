@@ -190,7 +190,7 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
         "verifier_version": verdict.verifier_version,
         **checks,
     })
-    return curated.with_(split=assign_split(curated.family, params.split))
+    return curated.with_(split=assign_split(curated.family, params.split, curated.provenance))
 
 
 def _wrong_solution_checks(task: Task, fixed: dict[str, str], enclave,
