@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rlvr.enclave import unified_diff  # noqa: E402
+from rlvr.tasks.patches import make_patch  # noqa: E402
 from rlvr.tasks.model import Task  # noqa: E402
 
 DEFAULT_SEED_REPO = ROOT / "data" / "seed_repos" / "caching"
@@ -66,7 +66,7 @@ def make_task(task_id: str, family: str, fixed: dict[str, str], buggy_path: str,
               hidden: dict[str, str]) -> Task:
     buggy = {**fixed, buggy_path: buggy_text}
     return Task(task_id=task_id, family=family, instruction="fix the bug", repo_files=buggy,
-                public_tests=(), hidden_tests=hidden, reference_patch=unified_diff(buggy, fixed))
+                public_tests=(), hidden_tests=hidden, reference_patch=make_patch(buggy, fixed))
 
 
 def emit(summary_obj: dict) -> None:

@@ -20,9 +20,10 @@ import time
 
 from _common import emit
 
-from rlvr.enclave import Enclave, unified_diff
+from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
 from rlvr.tasks.model import Task
+from rlvr.tasks.patches import make_patch
 
 BUGGY = '''\
 def scale(x):
@@ -45,7 +46,7 @@ def make_task() -> Task:
     return Task(
         task_id="bench-consensus", family="bench", instruction="scale() should double its input",
         repo_files=REPO, public_tests=(), hidden_tests=HIDDEN,
-        reference_patch=unified_diff(REPO, {**REPO, "flaky/core.py": FIXED}),
+        reference_patch=make_patch(REPO, {**REPO, "flaky/core.py": FIXED}),
         fail_to_pass=("test_scale.py::test_scale",), pass_to_pass=("test_offset.py::test_offset",),
     )
 
@@ -84,7 +85,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     task = make_task()
-    lucky = unified_diff(REPO, {**REPO, "flaky/core.py": LUCKY})
+    lucky = make_patch(REPO, {**REPO, "flaky/core.py": LUCKY})
 
     results = {}
     for r in (1, 3):

@@ -187,6 +187,28 @@ def test_submitted_with_a_fix(codec):
     assert row["turns"][1]["observation"] == "edited mini/core.py"
 
 
+def test_a_diff_the_patch_policy_refuses_records_the_policy_version(codec):
+    """Policy code run by `run_tests` can write any file into the workspace; the diff then
+    touches a build file, the static policy refuses it, and the row names the patch policy
+    (not the enclave, which never saw it) as what decided its outcome."""
+    from rlvr.agent.collector import step_token
+    from rlvr.agent.episode import Episode
+    from rlvr.tasks.patches import PATCH_POLICY_VERSION
+
+    cfg = config(codec)
+    spec = episode_specs(count_task(), 1, cfg.run_seed)[0]
+    ep = Episode(spec, cfg, engine_name="replay")
+    ep.start()
+    (ep.workspace.repo / "setup.cfg").write_text("[tool:pytest]\naddopts = -p no:randomly\n")
+    step_token(ReplayEngine(codec, [SUBMIT]), [ep], cfg, call_seed=0)
+    ep.finish()
+    row = passport_row(ep)
+    assert row["stop_reason"] == "submitted" and not row["patch_ok"]
+    assert row["patch_reason"].startswith("setup.cfg:")
+    assert row["verifier_version"] == PATCH_POLICY_VERSION
+    assert row["reward_outcome"] == 0.0 and rebuild_check(row) == []
+
+
 def test_max_turns(codec):
     row = one(ReplayEngine(codec, [VIEW]), config(codec, max_turns=3))
     assert (row["stop_reason"], row["truncation_source"], row["n_turns"]) == ("max_turns",

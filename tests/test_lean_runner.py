@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.enclave import Enclave, unified_diff
+from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
 from rlvr.tasks.model import Task
+from rlvr.tasks.patches import make_patch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "rlvr" / "enclave" / "_inside"))
@@ -233,7 +234,7 @@ def test_lean_matches_pytest_on_the_zoo(enclaves):
 
 def test_lean_matches_pytest_with_a_patch_and_a_selection(enclaves):
     task = _task({"test_zoo.py": ZOO})
-    patch = unified_diff(PKG, {**PKG, "zoo/core.py": PKG["zoo/core.py"].replace("2 * x", "x + x + 1")})
+    patch = make_patch(PKG, {**PKG, "zoo/core.py": PKG["zoo/core.py"].replace("2 * x", "x + x + 1")})
     lean_run, pytest_run = _both(enclaves, task, patch)
     assert lean_run.outcomes == pytest_run.outcomes
     assert lean_run.outcomes["test_zoo.py::test_plain"] == "failed"
@@ -292,7 +293,7 @@ def test_lean_matches_pytest_on_buggy_states(enclaves):
                     hidden_tests=dict(fam.tests), reference_patch="")
         candidates = single_candidates(fam, per_operator=1, seed=11)[:: 5][:2]
         for cand in candidates:
-            patch = unified_diff(fam.repo_files, cand.state(fam))
+            patch = make_patch(fam.repo_files, cand.state(fam))
             lean_run, pytest_run = _both(enclaves, task, patch, seed=compared)
             assert lean_run.resources["runner"] == "lean"
             assert (lean_run.status, lean_run.outcomes) == (pytest_run.status, pytest_run.outcomes), \

@@ -1,4 +1,4 @@
-"""The static patch policy (rlvr/enclave/policy.py): one test per rejection rule, plus the
+"""The static patch policy (rlvr/tasks/patches.py): one test per rejection rule, plus the
 diff parser and `extract_patch`. No sandbox needed: a rejected patch runs no code."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from adversarial.tiny_task import FIXED_CORE, REPO, make_task, patch_to, with_core
-from rlvr.enclave import check_patch, extract_patch, parse_patch, unified_diff
 from rlvr.errors import PatchFormatError
+from rlvr.tasks.patches import check_patch, extract_patch, make_patch, parse_patch, require_diff
 
 TASK = make_task()
 
@@ -45,14 +45,14 @@ def test_deleting_a_source_file_is_accepted():
     assert check_patch(TASK, patch_to(files)).ok
 
 
-def test_unified_diff_round_trips_through_the_parser():
+def test_make_patch_round_trips_through_the_parser():
     patch = patch_to(with_core(FIXED_CORE))
     (fp,) = parse_patch(patch)
     assert (fp.old_path, fp.new_path, fp.hunks, fp.binary) == ("mathpkg/core.py", "mathpkg/core.py", 1, False)
 
 
 def test_no_newline_at_end_of_file_is_marked():
-    patch = unified_diff({"a.py": "x = 1\n"}, {"a.py": "x = 2"})
+    patch = make_patch({"a.py": "x = 1\n"}, {"a.py": "x = 2"})
     assert "\\ No newline at end of file" in patch
     assert parse_patch(patch)[0].hunks == 1
 
@@ -75,6 +75,38 @@ def test_non_diff_text_raises_patch_format_error(text):
 def test_binary_patch_is_rejected():
     rejected("diff --git a/mathpkg/x.bin b/mathpkg/x.bin\nnew file mode 100644\nGIT binary patch\nliteral 1\nIcmZ?d00001\n\n", "binary")
     rejected("diff --git a/mathpkg/x.py b/mathpkg/x.py\nBinary files a/mathpkg/x.py and b/mathpkg/x.py differ\n", "binary")
+
+
+BINARY_ONLY = ("diff --git a/mathpkg/x.bin b/mathpkg/x.bin\nnew file mode 100644\nGIT binary patch\n"
+               "literal 1\nIcmZ?d00001\n\n")
+
+
+def test_require_diff_accepts_a_binary_only_diff_and_refuses_prose():
+    require_diff(BINARY_ONLY, "p.diff")
+    require_diff("diff --git a/mathpkg/util.py b/mathpkg/util.py\nold mode 100644\nnew mode 100755\n",
+                 "p.diff")
+    with pytest.raises(PatchFormatError, match="p.diff: not a unified diff"):
+        require_diff("please fix clamp\n", "p.diff")
+
+
+@pytest.mark.parametrize("binary_after_text", [False, True])
+def test_cli_verify_gives_a_binary_diff_the_patch_rejected_verdict(tmp_path, capsys, bwrap_sandbox,
+                                                                   binary_after_text):
+    """`rlvr verify` on a diff holding only a git binary patch answers with a verdict, as it
+    does when the same binary part follows a text hunk (the policy refuses it; no code runs)."""
+    import json
+
+    from rlvr.cli import main
+    from rlvr.tasks.pool import save_tasks
+
+    pool = tmp_path / "tasks.parquet"
+    save_tasks(pool, [TASK.with_(split="train")])
+    patch = tmp_path / "p.diff"
+    patch.write_text((TASK.reference_patch if binary_after_text else "") + BINARY_ONLY)
+    main(["verify", "--tasks", str(pool), "--task-id", TASK.task_id, "--patch", str(patch),
+          "--params", str(tmp_path / "absent.yaml"), "--seed", "0"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert (verdict["success"], verdict["reason"], verdict["runs"]) == (False, "patch_rejected", 0)
 
 
 def test_symlink_mode_is_rejected():

@@ -15,8 +15,9 @@ same on both paths:
   infra_error. `truncated` (source: max_turns | max_tokens | observation) is a collector
   limit; `terminated` an ending caused by the agent (submit, or a rule it broke);
   `infra_error` a sandbox failure — never a task failure.
-* at the end, the workspace's diff is taken with the enclave's `extract_patch` (host-side
-  diffing; no policy code runs outside the sandbox and no verifier runs in the workspace).
+* at the end, the workspace's diff is taken with `rlvr.tasks.patches.extract_patch` and
+  checked by the static patch policy (host-side diffing; no policy code runs outside the
+  sandbox, no verifier runs in the workspace, and the agent never imports the enclave).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace
 from rlvr.sandbox.base import Limits, Sandbox
 from rlvr.tasks.model import Task
+from rlvr.tasks.patches import extract_patch
 
 HARNESS_VERSION = "1"
 ENV_NAME = "rlvr-repo-repair"
@@ -365,8 +367,6 @@ class Episode:
         assert self.state == "done"
         if self.workspace is not None:
             try:
-                from rlvr.enclave import extract_patch
-
                 patch, check = extract_patch(self.workspace.repo, self.spec.task)
                 self.patch = patch
                 self.patch_check = _as_dict(check)

@@ -29,6 +29,7 @@ from rlvr.rl.reward import (FORCED_ZERO_STOPS, format_reward, length_fraction,
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
 from rlvr.errors import ArtifactError
+from rlvr.tasks.patches import PATCH_POLICY_VERSION
 
 LOGPROB_TOL = 1e-6
 REWARD_TOL = 1e-9
@@ -98,9 +99,9 @@ def passport_row(ep: Episode) -> dict[str, Any]:
         "reward_outcome": outcome,
         "reward": trajectory_reward(ep.stop_reason, ep.infra_error, outcome, fmt, ep.generated,
                                     t_max, cfg.reward.lambda_fmt, cfg.reward.alpha),
-        # set when the enclave's patch policy already decided the outcome (a refused diff)
-        "verifier_version": _policy_version() if (ep.stop_reason == "submitted"
-                                                  and not ep.patch_ok) else None,
+        # set when the static patch policy already decided the outcome (a refused diff)
+        "verifier_version": PATCH_POLICY_VERSION if (ep.stop_reason == "submitted"
+                                                     and not ep.patch_ok) else None,
         "patch": ep.patch,
         "patch_ok": ep.patch_ok,
         "patch_reason": ep.patch_reason,
@@ -110,12 +111,6 @@ def passport_row(ep: Episode) -> dict[str, Any]:
         "started_at": ep.started_at,
         "wall_seconds": ep.wall_seconds,
     }
-
-
-def _policy_version() -> str:
-    from rlvr.enclave import VERIFIER_VERSION
-
-    return VERIFIER_VERSION
 
 
 def _fields(obj) -> dict:

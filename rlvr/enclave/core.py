@@ -1,7 +1,7 @@
 """The verification enclave, host side (SPEC §4): from diff text to a verdict.
 
 Only the diff crosses from the policy workspace. `Enclave.verify` checks it statically
-(policy.py — no code runs for a rejected patch), then hands it, with the task's pristine
+(`rlvr.tasks.patches.check_patch` — no code runs for a rejected patch), then hands it, with the task's pristine
 snapshot and hidden tests, to a warm fork-server running inside a fresh sandbox (bwrap or
 docker): `_inside/server.py` forks one child per run, which gets a fresh copy of the
 snapshot, `git apply`s the patch (atomically: nothing is written unless every hunk applies
@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from rlvr.errors import SandboxUnavailable
-from rlvr.enclave.policy import PatchCheck, check_patch
 from rlvr.sandbox import Limits, Mount, get_sandbox
+from rlvr.tasks import patches
+from rlvr.tasks.patches import check_patch
 from rlvr.tasks.model import Task, files_hash
 
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
@@ -49,8 +50,10 @@ SEMANTICS = "1"  # bump by hand when grading semantics change
 
 
 def _source_hash() -> str:
+    """Hash of what decides a verdict: the code inside the sandbox, this host side, and the
+    patch module whose `check_patch` runs first (it also builds the diffs curation grades)."""
     h = hashlib.sha256()
-    for path in sorted(INSIDE_DIR.glob("*.py")) + [Path(__file__).with_name("policy.py"), Path(__file__)]:
+    for path in sorted(INSIDE_DIR.glob("*.py")) + [Path(patches.__file__), Path(__file__)]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:12]
 
@@ -448,6 +451,6 @@ def _shutdown(workers: list[_Worker], spawner: ThreadPoolExecutor) -> None:
 
 
 __all__ = [
-    "Enclave", "FAILURE_REASONS", "PatchCheck", "SuiteRun", "VERIFIER_VERSION", "Verdict",
+    "Enclave", "FAILURE_REASONS", "SuiteRun", "VERIFIER_VERSION", "Verdict",
     "derive_seed", "task_key",
 ]

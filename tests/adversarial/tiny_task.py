@@ -3,7 +3,7 @@
 ids and the reference patch. Shared by test_enclave.py and test_adversarial.py."""
 from __future__ import annotations
 
-from rlvr.enclave import unified_diff
+from rlvr.tasks.patches import make_patch
 from rlvr.tasks.model import Task
 
 CORE = '''\
@@ -136,7 +136,7 @@ def with_core(core: str, extra: dict[str, str | None] | None = None) -> dict[str
 
 
 def patch_to(files: dict[str, str]) -> str:
-    return unified_diff(REPO, files)
+    return make_patch(REPO, files)
 
 
 def make_task(**changes) -> Task:
