@@ -111,3 +111,12 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, params: SamplingP
     """Processed logprob of `tokens` ([...]) under `logits` ([..., V]): what a trainer
     recomputes for the ratio against the stored behaviour logprobs."""
     return process(logits, params).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy(logprobs: torch.Tensor) -> torch.Tensor:
+    """[..., V] processed logprobs (-inf outside the support) -> [...] entropy in nats of that
+    distribution, the one tokens are drawn from. Differentiable without NaNs: entries outside
+    the support contribute exactly 0 and get zero gradient (0 * -inf never appears)."""
+    finite = torch.isfinite(logprobs)
+    safe = logprobs.masked_fill(~finite, 0.0)
+    return -(safe.exp().masked_fill(~finite, 0.0) * safe).sum(-1)

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from rlvr.engines.base import Sample, SamplingParams
 from rlvr.engines.model_dir import Policy, load_policy
 from rlvr.engines.sampling import check_params, process, sample
+from rlvr.train.logprobs import sequence_logprobs
 
 FAST_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # Fuse q/k/v and gate/up into single matmuls (a weight copy per generate call) only for
@@ -231,22 +232,19 @@ class TorchEngine:
         return out
 
     def _score_chunk(self, prompts, completions, params) -> list[list[float]]:
+        """The trainer's code path (`rlvr.train.logprobs.sequence_logprobs`), left-padded,
+        with the LM head applied to the completion positions only."""
         seqs = [self._check_prompt(i, p) + self._check_ids(f"completion {i}", c)
                 for i, (p, c) in enumerate(zip(prompts, completions))]
-        keep = max(len(c) for c in completions) + 1
         ids, mask, pos = _left_pad(seqs, self.device)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                            logits_to_keep=keep).logits  # [n, keep, V]
-        lp = process(logits, params)
-        out = []
+        L = ids.shape[1]
+        only = torch.zeros(len(seqs), L - 1, dtype=torch.bool, device=ids.device)
         for i, c in enumerate(completions):
-            if not c:
-                out.append([])
-                continue
-            rows = lp[i, keep - 1 - len(c): keep - 1]  # the positions that predict c
-            out.append(rows.gather(-1, torch.tensor(list(c), device=rows.device)[:, None])
-                       .squeeze(-1).tolist())
-        return out
+            only[i, L - 1 - len(c): L - 1] = True  # next-token slots that predict c
+        lp = sequence_logprobs(self.model, ids, mask, params, position_ids=pos,
+                               only=only).logprobs  # [n, L-1]
+        return [lp[i, L - 1 - len(c): L - 1].tolist() if c else []
+                for i, c in enumerate(completions)]
 
     def _check_prompt(self, i: int, prompt: Sequence[int]) -> list[int]:
         if not len(prompt):

@@ -1,0 +1,144 @@
+"""The behaviour distribution, teacher-forced: one code path for "log π(token | prefix)".
+
+`sequence_logprobs` scores every next token of whole (multi-turn) sequences with one forward
+pass, under exactly the processed distribution the engines sample from
+(`rlvr.engines.sampling.process`: temperature, then top-k, then top-p, in fp32). The SFT loss,
+`TorchEngine.score` and the RL ratio all call it, so "the behaviour logprob" is defined once.
+
+Alignment: position j of the result ([B, T-1]) is log π(input_ids[:, j+1] | input_ids[:, :j+1]),
+the logprob of token j+1; `aligned=True` prepends a zero column so index t is token t's
+logprob, the layout of the passport's `logprobs` column (0 on the first, never-predicted
+token).
+
+Cost: the decoder runs once over all positions; the LM head (a [N, V] matmul, the largest
+activation) runs only on the selected positions (`only`, e.g. the loss mask: policy tokens
+are a minority of an agent transcript) and, in chunks of `chunk_tokens` rows, so peak memory
+is one chunk of logits. With gradients on, each chunk is checkpointed: its logits are
+recomputed in backward instead of being stored for the whole batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from rlvr.engines.base import SamplingParams
+from rlvr.engines.sampling import entropy as processed_entropy
+from rlvr.engines.sampling import process
+
+# Architectures whose causal-LM forward is `lm_head(decoder(x))` with nothing in between
+# (no logit soft-capping / scaling), so the head may be applied to selected positions only.
+HEAD_SPLIT_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+# Rows of logits per head chunk: 4096 x a 152k vocabulary in fp32 is ~2.5 GB.
+DEFAULT_CHUNK_TOKENS = 4096
+
+
+@dataclass
+class TokenScores:
+    """Teacher-forced scores of the next tokens; 0 where not selected.
+
+    logprobs: [B, T-1] (or [B, T] with `aligned`) fp32, processed-distribution logprobs.
+    entropy:  same shape, entropy (nats) of the processed next-token distribution, or None.
+    selected: same shape, bool: the positions that were computed.
+    """
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None
+    selected: torch.Tensor
+
+
+def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
+                         params: SamplingParams | None = None, *, with_entropy: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[N, V] logits, [N] target ids -> ([N] processed logprob of each target, [N] entropy or
+    None). The pure math under `sequence_logprobs` (and what the loss-mask tests probe)."""
+    params = params or SamplingParams()
+    lp = process(logits, params)
+    tok = lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return tok, (processed_entropy(lp) if with_entropy else None)
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      params: SamplingParams | None = None, *,
+                      position_ids: torch.Tensor | None = None,
+                      only: torch.Tensor | None = None, with_entropy: bool = False,
+                      aligned: bool = False, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+                      ) -> TokenScores:
+    """Teacher-forced processed logprobs (and entropies) of every next token.
+
+    * `input_ids` [B, T] long; `attention_mask` [B, T] (1 = real token; any padding side) or
+      None (no padding, or right padding whose pads are never selected: causal attention
+      keeps real tokens from seeing later pads); `position_ids` [B, T] when left-padded.
+    * `params`: the sampling params whose processed distribution is scored (None: the raw
+      softmax, temperature 1 — what SFT trains).
+    * `only` [B, T-1] bool: score just these next-token positions (default: every position
+      whose token and predicting token are both real).
+
+    Gradient-enabled unless the caller runs it under no_grad / inference_mode.
+    """
+    B, T = input_ids.shape
+    if only is None:
+        sel = torch.ones(B, T - 1, dtype=torch.bool, device=input_ids.device)
+        if attention_mask is not None:
+            real = attention_mask.bool()
+            sel = real[:, 1:] & real[:, :-1]
+    else:
+        if tuple(only.shape) != (B, T - 1):
+            raise ValueError(f"only: shape {tuple(only.shape)}, expected {(B, T - 1)}")
+        sel = only.bool()
+    rows, cols = sel.nonzero(as_tuple=True)
+    targets = input_ids[:, 1:][rows, cols]  # [N]
+    if _head_split_ok(model):
+        hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                     position_ids=position_ids).last_hidden_state  # [B, T, H]
+        feats, head = hidden[:, :-1][rows, cols], model.get_output_embeddings()  # [N, H]
+    else:  # generic causal LM: its own forward computes every logit
+        logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids).logits
+        feats, head = logits[:, :-1][rows, cols], None  # [N, V]
+    lp, ent = _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens)
+    out_lp = torch.zeros(B, T - 1, dtype=torch.float32, device=input_ids.device)
+    out_lp = out_lp.index_put((rows, cols), lp)
+    out_ent = None
+    if with_entropy:
+        out_ent = torch.zeros_like(out_lp).index_put((rows, cols), ent)
+    if aligned:
+        pad = lambda x: torch.cat([x.new_zeros(B, 1), x], 1) if x is not None else None  # noqa: E731
+        out_lp, out_ent = pad(out_lp), pad(out_ent)
+        sel = torch.cat([sel.new_zeros(B, 1), sel], 1)
+    return TokenScores(logprobs=out_lp, entropy=out_ent, selected=sel)
+
+
+def _head_split_ok(model) -> bool:
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in HEAD_SPLIT_MODEL_TYPES:
+        return False
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return False
+    try:
+        return model.get_decoder() is not None and model.get_output_embeddings() is not None
+    except (AttributeError, NotImplementedError):
+        return False
+
+
+def _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens):
+    """Head (if any) + processing over row chunks of feats [N, H or V]; -> [N], [N] | None.
+    With gradients on and more than one chunk, each chunk is checkpointed."""
+    def score(f, t):
+        logits = head(f) if head is not None else f
+        lp, ent = logprobs_from_logits(logits, t, params, with_entropy=with_entropy)
+        return (lp, ent) if with_entropy else (lp,)
+
+    N = feats.shape[0]
+    if N <= chunk_tokens:
+        parts = [score(feats, targets)]
+    else:
+        grad = torch.is_grad_enabled() and feats.requires_grad
+        parts = [checkpoint(score, feats[s:s + chunk_tokens], targets[s:s + chunk_tokens],
+                            use_reentrant=False) if grad
+                 else score(feats[s:s + chunk_tokens], targets[s:s + chunk_tokens])
+                 for s in range(0, N, chunk_tokens)]
+    lp = torch.cat([p[0] for p in parts])
+    ent = torch.cat([p[1] for p in parts]) if with_entropy else None
+    return lp, ent
