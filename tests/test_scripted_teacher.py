@@ -113,3 +113,37 @@ def test_line_edit_is_one_exact_unique_span():
     deleted = "a = 1\nb = 2\nc = 3\n"
     old, new, _ = line_edit(before, deleted)
     assert before.replace(old, new, 1) == deleted
+
+
+def test_default_teacher_reasons_only_from_what_it_observed(codec, bwrap_sandbox):
+    """Without hints, every line the teacher names in its reasoning was shown to it first
+    (by run_tests' suspicious lines or a view), and single-line fixes are line-addressed."""
+    import json
+    import re
+
+    rows = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
+    for row in rows:
+        assert row["policy_version"].endswith("-hints0")
+        seen = ""
+        for turn in row["turns"]:
+            for path, line in re.findall(r"([\w/]+\.py)(?::| line )(\d+)", turn["action_text"]):
+                assert f"{path}:{line}:" in seen or f"{int(line):>4}| " in seen, (
+                    turn["action_text"], seen[-400:])
+            if turn["tool_name"] == "edit":
+                args = json.loads(turn["tool_args"])
+                assert set(args) == {"path", "line", "old", "new"} and len(args["old"]) <= 8
+            seen += turn["observation"]
+
+
+def test_token_diff_is_short_and_unique_within_the_line():
+    from rlvr.teachers.scripted import edit_args
+
+    before = "x = 1\n    if a < b and c < d:\n        return a + 1\n"
+    after = before.replace("c < d", "c <= d")
+    assert edit_args("m.py", before, after) == {"path": "m.py", "line": 2, "old": "c <",
+                                                "new": "c <="}
+    after = before.replace("a + 1", "a")
+    assert edit_args("m.py", before, after) == {"path": "m.py", "line": 3, "old": " + 1",
+                                                "new": ""}
+    two = before.replace("x = 1\n", "")
+    assert "line" not in edit_args("m.py", before, two)  # a removed line: a span edit

@@ -5,16 +5,23 @@ speaks exactly the policy's tool-call syntax (`rlvr.agent.tools.format_tool_call
 episode it
 
 1. runs the public tests;
-2. localises: failing-test tracebacks (source frames), the functions the failing
-   assertions call, names in the instruction, and — when the task has them — the
-   provenance hints file / function / operator / line (never the mutation's `from`/`to`);
+2. localises from what the agent observes: the suspicious `file:line` list that
+   `run_tests` prints (fault localisation over the public tests), failing-test tracebacks
+   (source frames), the functions the failing assertions call and names in the
+   instruction. Only with `hints=True` does it also rank by the synthesis provenance (file /
+   function / operator / line — never the mutation's `from`/`to`): a student cannot see
+   those, so demonstrations for SFT are made without them by default (issue "Learning I" §1);
 3. views the suspect function;
 4. tries candidate fixes: every single-site mutation of the suspect function
    (`rlvr.tasks.synth.operators`: most bug operators are their own inverse) plus small
-   line edits (unwrapping `not (...)`), ranked by the hints; each is an `edit`, then
-   `run_tests`; an edit that lowers the failure count is kept (two-bug tasks need two),
-   otherwise reverted;
+   line edits (unwrapping `not (...)`), ranked by the observed suspicious lines; each is an
+   `edit` — line-addressed (`path`, `line`, a short `old` → `new`) when it changes one
+   line — then `run_tests`; an edit that lowers the failure count is kept (two-bug tasks
+   need two), otherwise reverted;
 5. submits when the public tests pass, or when its turn budget runs out.
+
+Its reasoning text states only what an observation showed (a line flagged by `run_tests`, a
+function a traceback names) and what the next edit does.
 
 `noise` is the share of episodes in which it does what a sloppy engineer does: applies a
 candidate that is *not* its best guess, glances at the tests and submits whatever it has.
@@ -37,7 +44,7 @@ from typing import Any, Sequence
 from rlvr.agent.tools import format_tool_call
 from rlvr.tasks.model import Task
 
-VERSION = "1"
+VERSION = "2"
 
 _FRAME = re.compile(r"^([\w./-]+\.py):(\d+): in (\w+)", re.M)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py)::(\w+)", re.M)
@@ -45,6 +52,8 @@ _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _COUNTS = re.compile(r"(\d+) (failed|error|errors|passed)")
 _EXIT = re.compile(r"\[pytest exit code (\d+)\]")
 _NOT_WRAP = re.compile(r"\bnot \(")
+_SUSPICIOUS = re.compile(r"^([\w./-]+\.py):(\d+): ", re.M)
+_TOKEN = re.compile(r"\w+|[^\w\s]+|\s+")
 # Mutation operators whose sites can undo an injected bug, most common first. Removing a
 # statement never undoes one (no operator adds statements), so it is not a candidate.
 CANDIDATE_OPERATORS = ("comparison_flip", "boundary_shift", "slice_off_by_one",
@@ -92,24 +101,28 @@ class ScriptedTeacher:
 
     name = "scripted"
 
-    def __init__(self, noise: float = 0.0, max_turns: int = 12):
+    def __init__(self, noise: float = 0.0, max_turns: int = 12, hints: bool = False):
         if not 0.0 <= noise <= 1.0:
             raise ValueError("scripted teacher noise must be in [0, 1]")
         self.noise = noise
         self.max_turns = max_turns
-        self.policy_version = f"scripted-v{VERSION}-noise{noise:g}"
+        self.hints = hints
+        # noise and hint use are part of every passport's policy_version
+        self.policy_version = f"scripted-v{VERSION}-noise{noise:g}-hints{int(hints)}"
 
     def for_task(self, task: Task) -> "BoundTeacher":
         if task.hidden_tests or task.reference_patch:
             raise ValueError("the scripted teacher must be bound to teacher_view(task): it "
                              "may not see hidden tests or the reference")
-        return BoundTeacher(task, self.noise, self.max_turns, self.policy_version)
+        return BoundTeacher(task, self.noise, self.max_turns, self.policy_version,
+                            hints=self.hints)
 
 
 class BoundTeacher:
     name = "scripted"
 
-    def __init__(self, task: Task, noise: float, max_turns: int, policy_version: str):
+    def __init__(self, task: Task, noise: float, max_turns: int, policy_version: str, *,
+                 hints: bool = False):
         self.task = task
         self.noise = noise
         self.max_turns = max_turns
@@ -118,7 +131,8 @@ class BoundTeacher:
         self.files = {p: c for p, c in task.repo_files.items() if p.endswith(".py")}
         self.sources = {p for p in self.files if p not in public
                         and not p.split("/")[0] in {t.split("/")[0] for t in public}}
-        self.hints = Hints.from_provenance(task.provenance)
+        self.hints = Hints.from_provenance(task.provenance) if hints else Hints()
+        self.observed: list[tuple[str, int]] = []  # suspicious (path, line), best first
         self.rng: random.Random | None = None
         self.noisy = False
         self.phase = "start"
@@ -155,8 +169,10 @@ class BoundTeacher:
             path, func = self.suspects[0]
             self.phase = "viewed"
             start, end = _function_lines(self.files[path], func)
-            return format_tool_call("view", {"path": path, "start": start, "end": end},
-                                    f"The failure points at `{func}` in {path}; read it.")
+            flagged = [n for p, n in self.observed if p == path and start <= n <= end]
+            why = (f"run_tests flags {path}:{flagged[0]}, in `{func}`; read it." if flagged
+                   else f"The failing tests lead to `{func}` in {path}; read it.")
+            return format_tool_call("view", {"path": path, "start": start, "end": end}, why)
         if self.phase == "applied":
             path, target = self.pending
             if not observation.startswith("edited"):
@@ -210,20 +226,18 @@ class BoundTeacher:
         direct = not dirty or (dirty == [cand.path] and line_edit(
             self.files[cand.path], cand.new_source)[0].count("\n") <= 6)
         if direct:
-            old, new, _ = line_edit(self.files[cand.path], cand.new_source)
             self.pending = (cand.path, cand.new_source)
             self.phase = "applied"
             reason = f"{why} Try a fix in {cand.path} line {cand.line} ({cand.why})."
-            return format_tool_call("edit", {"path": cand.path, "old": old, "new": new},
-                                    reason.strip())
+            return format_tool_call("edit", edit_args(cand.path, self.files[cand.path],
+                                                      cand.new_source), reason.strip())
         if left < 4:
             return self._submit(f"{why} Out of turns; submit the current state.")
         self.queue.insert(0, cand)
         path = dirty[0]
-        old, new, _ = line_edit(self.files[path], self.base[path])
         self.pending = (path, self.base[path])
         self.phase = "reverting"
-        return format_tool_call("edit", {"path": path, "old": old, "new": new},
+        return format_tool_call("edit", edit_args(path, self.files[path], self.base[path]),
                                 f"{why} Undo the change first.".strip())
 
     # ---- localisation ----------------------------------------------------------------------
@@ -232,6 +246,11 @@ class BoundTeacher:
         evidence names (source frames, calls in failing tests and assertions, the
         instruction) — those in hinted files first — then the rest of the hinted files."""
         defs = self._definitions()
+        self.observed = [(m.group(1), int(m.group(2))) for m in _SUSPICIOUS.finditer(
+            output.split("suspicious lines", 1)[1] if "suspicious lines" in output else "")
+            if m.group(1) in self.sources]
+        flagged = [(p, q) for p, n in self.observed
+                   for q in [_function_at(self.files[p], n)] if q]
         evidence: list[tuple[str, str]] = []
         for m in _FRAME.finditer(output):
             path, func = m.group(1), m.group(3)
@@ -254,7 +273,7 @@ class BoundTeacher:
         fallback = [d for name in sorted(defs) for d in defs[name] if d[0] in files
                     and "." not in name]
         fallback.sort(key=lambda d: _function_lines(self.files[d[0]], d[1])[0])
-        self.suspects = list(dict.fromkeys(hinted + in_files + rest + fallback))
+        self.suspects = list(dict.fromkeys(hinted + flagged + in_files + rest + fallback))
 
     def _definitions(self) -> dict[str, list[tuple[str, str]]]:
         """function name (and qualname) -> [(path, qualname)] over the source files."""
@@ -277,6 +296,15 @@ class BoundTeacher:
 
         hinted_ops = {op for _p, _f, op, _l in self.hints.sites if op}
         hinted_lines = {(p, line) for p, _f, _o, line in self.hints.sites if line}
+        observed_rank = {site: k for k, site in reversed(list(enumerate(self.observed)))}
+
+        def line_rank(path: str, line: int) -> int:
+            """Hinted lines first (hints on), then the lines run_tests flagged, best first."""
+            if (path, line) in hinted_lines:
+                return -1
+            return observed_rank.get((path, line), len(observed_rank))
+
+        anchors = hinted_lines | set(self.observed)
         ranked: list[tuple[tuple, Candidate]] = []
         seen: set[tuple[str, str]] = set()
         for rank_fn, (path, func) in enumerate(self.suspects[:3]):
@@ -296,8 +324,8 @@ class BoundTeacher:
                         continue
                     seen.add((path, new))
                     line = site.params.get("line", fn.node.lineno)
-                    ranked.append(((op not in hinted_ops, (path, line) not in hinted_lines,
-                                    rank_fn, _distance(line, hinted_lines, path), line,
+                    ranked.append(((op not in hinted_ops, line_rank(path, line),
+                                    rank_fn, _distance(line, anchors, path), line,
                                     1 + CANDIDATE_OPERATORS.index(op), len(new)),
                                    Candidate(path, new, line, _describe(op))))
             offset_ops = hinted_ops & {"boundary_shift", "slice_off_by_one"}
@@ -312,8 +340,8 @@ class BoundTeacher:
                     if (path, new) in seen or not compiles(new):
                         continue
                     seen.add((path, new))
-                    ranked.append(((not offset_ops, (path, node.lineno) not in hinted_lines,
-                                    rank_fn, _distance(node.lineno, hinted_lines, path),
+                    ranked.append(((not offset_ops, line_rank(path, node.lineno),
+                                    rank_fn, _distance(node.lineno, anchors, path),
                                     node.lineno, 0, len(new)),
                                    Candidate(path, new, node.lineno, "drop an offset")))
             names = _local_names(fn.node)
@@ -329,8 +357,8 @@ class BoundTeacher:
                             continue
                         seen.add((path, new))
                         ranked.append(((not hinted_ops & {"wrong_return"},
-                                        (path, node.lineno) not in hinted_lines, rank_fn,
-                                        _distance(node.lineno, hinted_lines, path),
+                                        line_rank(path, node.lineno), rank_fn,
+                                        _distance(node.lineno, anchors, path),
                                         node.lineno, 1 + k, len(new)),
                                        Candidate(path, new, node.lineno,
                                                  f"return `{name}` instead of None")))
@@ -344,8 +372,8 @@ class BoundTeacher:
                     if (path, new) not in seen and compiles(new):
                         seen.add((path, new))
                         ranked.append(((not hinted_ops & {"negate_condition", "wrong_return"},
-                                        (path, no) not in hinted_lines, rank_fn,
-                                        _distance(no, hinted_lines, path), no, 0, len(new)),
+                                        line_rank(path, no), rank_fn,
+                                        _distance(no, anchors, path), no, 0, len(new)),
                                        Candidate(path, new, no, "drop a negation")))
         ranked.sort(key=lambda x: x[0])
         return [c for _, c in ranked]
@@ -411,6 +439,58 @@ def _function_lines(source: str, qualname: str) -> tuple[int, int]:
         return node.lineno, node.end_lineno or node.lineno
     except (KeyError, SyntaxError):
         return 1, max(1, source.count("\n"))
+
+
+def _function_at(source: str, line: int) -> str | None:
+    """The qualname of the innermost function of `source` spanning `line`, if any."""
+    from rlvr.tasks.synth.operators import function_names
+
+    try:
+        names = function_names(source)
+    except SyntaxError:
+        return None
+    spans = [(q, *_function_lines(source, q)) for q in names]
+    inside = [(e - s, q) for q, s, e in spans if s <= line <= e]
+    return min(inside)[1] if inside else None
+
+
+def edit_args(path: str, current: str, target: str) -> dict[str, Any]:
+    """The `edit` arguments turning `current` into `target`: line-addressed (`line`, and the
+    shortest run of whole tokens `old` -> `new` that occurs once in that line) when exactly
+    one line changes, else an exact-span replacement (`line_edit`)."""
+    a, b = current.split("\n"), target.split("\n")
+    changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(a) == len(b) and len(changed) == 1:
+        i = changed[0]
+        old, new = _token_diff(a[i], b[i])
+        if old:
+            return {"path": path, "line": i + 1, "old": old, "new": new}
+    old, new, _ = line_edit(current, target)
+    return {"path": path, "old": old, "new": new}
+
+
+def _token_diff(before: str, after: str) -> tuple[str, str]:
+    """(old, new): the differing middle of two lines in whole tokens (words, operator runs,
+    blanks), widened one token at a time until `old` is non-blank and occurs exactly once in
+    `before`; ("", "") if no such span exists."""
+    ta, tb = _TOKEN.findall(before), _TOKEN.findall(after)
+    i = 0
+    while i < min(len(ta), len(tb)) and ta[i] == tb[i]:
+        i += 1
+    j = 0
+    while j < min(len(ta), len(tb)) - i and ta[len(ta) - 1 - j] == tb[len(tb) - 1 - j]:
+        j += 1
+    lo, hi_a, hi_b = i, len(ta) - j, len(tb) - j
+    while True:
+        old = "".join(ta[lo:hi_a])
+        if old.strip() and before.count(old) == 1:
+            return old, "".join(tb[lo:hi_b])
+        if lo > 0:
+            lo -= 1
+        elif hi_a < len(ta):
+            hi_a, hi_b = hi_a + 1, hi_b + 1
+        else:
+            return "", ""
 
 
 def line_edit(current: str, target: str) -> tuple[str, str, int]:
