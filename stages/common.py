@@ -1,20 +1,16 @@
-"""What every stage module shares: argument parsing conventions and the progress bar."""
+"""What every stage module shares: argument parsing conventions and the progress bar (the
+library's, `rlvr.progress`, re-exported so stages and library loops look the same)."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from tqdm import tqdm
+from rlvr.progress import progress
+
+__all__ = ["parser", "progress"]
 
 
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m stages.{stage}", description=doc)
     p.add_argument("--params", type=Path, default=Path("params.yaml"))
     return p
-
-
-def progress(total: int, desc: str) -> tqdm:
-    """A progress bar on stderr; quiet when RLVR_PROGRESS=0 (tests, CI logs)."""
-    return tqdm(total=total, desc=desc, unit="task", dynamic_ncols=True,
-                disable=os.environ.get("RLVR_PROGRESS", "1") == "0")

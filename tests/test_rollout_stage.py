@@ -1,4 +1,5 @@
-"""Stage `rollout`: artifacts, metrics, contracts, resumption after an interruption."""
+"""Stage `rollout` and the library loop under it (`rlvr.agent.rollout`): artifacts, metrics,
+contracts, resumption after an interruption, sampling rounds."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,13 @@ import yaml
 
 from agentkit import (COUNT_BUGGY, COUNT_FIXED, COUNT_HIDDEN, COUNT_PUBLIC, all_tasks,
                       make_task, tiny_policy_dir)
+from rlvr.agent import rollout as lib
 from rlvr.agent.passport import deterministic_view, read_trajectories, rebuild_check
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table
+from rlvr.errors import ConfigError
 from rlvr.sandbox.params import SandboxParams
-from rlvr.tasks.pool import save_tasks
+from rlvr.tasks.pool import save_tasks, select_tasks
 from stages import rollout as stage
 
 
@@ -101,9 +104,9 @@ def test_stage_writes_passports_patches_and_metrics(tmp_path, tasks_file, bwrap_
 
 def test_resume_after_interruption_gives_the_uninterrupted_result(tmp_path, tasks_file,
                                                                   bwrap_sandbox):
-    params, sandbox = stage.load_params(write_params(tmp_path / "params.yaml"))
-    tasks = stage.select_tasks([tasks_file], params.split, 0, params.seed)
-    reference = stage.roll_out(tasks, params, sandbox, tmp_path / "parts-a")
+    params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
+    tasks = select_tasks([tasks_file], params.split, 0, params.seed)
+    reference = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-a")
 
     written: list[str] = []
 
@@ -113,24 +116,24 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(tmp_path, task
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        stage.roll_out(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
+        lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
     shards = list((tmp_path / "parts-b").rglob("*.parquet"))
     assert len(shards) == 2
     rerun: list[str] = []
-    resumed = stage.roll_out(tasks, params, sandbox, tmp_path / "parts-b",
-                             on_group_written=rerun.append)
+    resumed = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b",
+                           on_group_written=rerun.append)
     assert len(rerun) == 1 and rerun[0] not in written  # nothing redone, nothing lost
     assert same(resumed, reference)
 
 
 def test_resume_with_the_torch_policy_replays_partial_waves(tmp_path, tasks_file,
                                                            bwrap_sandbox):
-    params, sandbox = stage.load_params(write_params(
+    params, sandbox = lib.load_params(write_params(
         tmp_path / "params.yaml", engine="torch", groups_per_wave=2,
         budgets={"max_turns": 3, "max_new_tokens_per_turn": 24,
                  "max_new_tokens_per_episode": 60}))
-    tasks = stage.select_tasks([tasks_file], params.split, 0, params.seed)
-    reference = stage.roll_out(tasks, params, sandbox, tmp_path / "parts-a")
+    tasks = select_tasks([tasks_file], params.split, 0, params.seed)
+    reference = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-a")
     assert {r["engine"] for r in reference} == {"torch"}
     assert all(r["logprobs_kind"] == "behaviour" for r in reference)
 
@@ -138,27 +141,49 @@ def test_resume_with_the_torch_policy_replays_partial_waves(tmp_path, tasks_file
         raise KeyboardInterrupt  # right after the first group of the first wave
 
     with pytest.raises(KeyboardInterrupt):
-        stage.roll_out(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
-    resumed = stage.roll_out(tasks, params, sandbox, tmp_path / "parts-b")
+        lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
+    resumed = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b")
     assert same(resumed, reference)
 
 
 def test_changed_params_do_not_reuse_old_shards(tmp_path, tasks_file):
-    params, sandbox = stage.load_params(write_params(tmp_path / "params.yaml"))
-    tasks = stage.select_tasks([tasks_file], params.split, 0, params.seed)
-    other, _ = stage.load_params(write_params(tmp_path / "p2.yaml", teacher={"noise": 0.9}))
-    a = stage.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir())
-    assert a == stage.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir())
-    assert a != stage.fingerprint(other, sandbox, tasks, "v", tiny_policy_dir())
-    assert a != stage.fingerprint(params, sandbox, tasks[:-1], "v", tiny_policy_dir())
-    assert a != stage.fingerprint(params, SandboxParams(workers=7), tasks, "v",
-                                  tiny_policy_dir())
+    params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
+    tasks = select_tasks([tasks_file], params.split, 0, params.seed)
+    other, _ = lib.load_params(write_params(tmp_path / "p2.yaml", teacher={"noise": 0.9}))
+    a = lib.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir())
+    assert a == lib.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir())
+    assert a != lib.fingerprint(other, sandbox, tasks, "v", tiny_policy_dir())
+    assert a != lib.fingerprint(params, sandbox, tasks[:-1], "v", tiny_policy_dir())
+    assert a != lib.fingerprint(params, SandboxParams(workers=7), tasks, "v",
+                                tiny_policy_dir())
+    assert a != lib.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir(), 1)
+
+
+def test_a_later_sampling_round_neither_replays_nor_collides(tmp_path, tasks_file,
+                                                            bwrap_sandbox):
+    params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
+    tasks = select_tasks([tasks_file], params.split, 0, params.seed)[:2]
+    first = lib.roll_out(tasks, params, sandbox, tmp_path / "parts")
+    again = lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=1)
+    # round 0 keeps today's ids; round 1 is its own group and its own random streams
+    assert [r["group_id"] for r in first] == [f"{t.task_id}@s3" for t in tasks for _ in "ab"]
+    assert [r["group_id"] for r in again] == [f"{t.task_id}@s3r1" for t in tasks for _ in "ab"]
+    assert not {r["trajectory_id"] for r in first} & {r["trajectory_id"] for r in again}
+    assert not {r["reset_seed"] for r in first} & {r["reset_seed"] for r in again}
+    seeds = [{t["sample_seed"] for r in rows for t in r["turns"]} for rows in (first, again)]
+    assert seeds[0] and seeds[1] and not seeds[0] & seeds[1]
+    assert all(rebuild_check(r) == [] for r in again)
+    # the same round again is a replay: resumed from its shards, identical
+    assert same(lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=1),
+                again)
+    with pytest.raises(ConfigError, match="sampling_round must be >= 0"):
+        lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=-1)
 
 
 def test_max_tasks_is_a_seeded_sample(tasks_file):
-    a = stage.select_tasks([tasks_file], "train", 2, seed=1)
-    assert len(a) == 2 and a == stage.select_tasks([tasks_file], "train", 2, seed=1)
-    assert {t.split for t in stage.select_tasks([tasks_file], "", 0, 0)} == {"train", "heldout"}
+    a = select_tasks([tasks_file], "train", 2, seed=1)
+    assert len(a) == 2 and a == select_tasks([tasks_file], "train", 2, seed=1)
+    assert {t.split for t in select_tasks([tasks_file], "", 0, 0)} == {"train", "heldout"}
 
 
 @pytest.mark.parametrize("change,message", [

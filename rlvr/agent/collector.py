@@ -20,7 +20,10 @@ Text engines (teachers). Every episode is independent (its sampling seed comes f
 reset seed and turn), so whole episodes run in the pool and a group is the resumption unit.
 
 Seeds: reset seed of sample i of task q = derive_seed(run seed, q, i); ids:
-group_id = "<task_id>@s<seed>", trajectory_id = "<group_id>#<i>".
+group_id = "<task_id>@s<seed>", trajectory_id = "<group_id>#<i>". A later *sampling round*
+r > 0 (the same task re-sampled, e.g. by the next training step with unchanged weights) gets
+group_id "<task_id>@s<seed>r<r>" and seeds derived from (run seed, q, i, "round", r), so it
+neither replays nor collides with round 0; round 0 keeps the ids and seeds above.
 """
 from __future__ import annotations
 
@@ -45,18 +48,28 @@ class GroupResult:
     episodes: list[Episode]
 
 
-def group_id_for(task_id: str, seed: int) -> str:
-    return f"{task_id}@s{seed}"
+def group_id_for(task_id: str, seed: int, sampling_round: int = 0) -> str:
+    base = f"{task_id}@s{seed}"
+    return f"{base}r{sampling_round}" if sampling_round else base
 
 
 def trajectory_id_for(group_id: str, i: int) -> str:
     return f"{group_id}#{i}"
 
 
-def episode_specs(task: Task, group_size: int, seed: int) -> list[EpisodeSpec]:
-    gid = group_id_for(task.task_id, seed)
+def round_parts(sampling_round: int) -> tuple:
+    """What a sampling round adds to every seed derivation (nothing in round 0)."""
+    if sampling_round < 0:
+        raise ValueError(f"sampling_round must be >= 0 (got {sampling_round})")
+    return ("round", sampling_round) if sampling_round else ()
+
+
+def episode_specs(task: Task, group_size: int, seed: int,
+                  sampling_round: int = 0) -> list[EpisodeSpec]:
+    gid = group_id_for(task.task_id, seed, sampling_round)
+    extra = round_parts(sampling_round)
     return [EpisodeSpec(task=task, group_id=gid, trajectory_id=trajectory_id_for(gid, i),
-                        sample_index=i, reset_seed=derive_seed(seed, task.task_id, i))
+                        sample_index=i, reset_seed=derive_seed(seed, task.task_id, i, *extra))
             for i in range(group_size)]
 
 
@@ -128,9 +141,11 @@ def step_text(teacher, episode: Episode, config: EpisodeConfig) -> float:
 # ---- the collector ---------------------------------------------------------------------------
 class Collector:
     def __init__(self, engine, config: EpisodeConfig, *, group_size: int, workers: int = 2,
-                 groups_per_wave: int = 8):
+                 groups_per_wave: int = 8, sampling_round: int = 0):
         if group_size < 1 or workers < 1 or groups_per_wave < 1:
             raise ValueError("group_size, workers and groups_per_wave must be >= 1")
+        round_parts(sampling_round)  # validates it
+        self.sampling_round = sampling_round
         self.engine = engine
         self.cfg = config
         self.group_size = group_size
@@ -167,7 +182,8 @@ class Collector:
              on_group: Callable[[GroupResult], None]) -> None:
         seed = self.cfg.run_seed
         todo_units = [u for u in self.units(tasks)
-                      if any(group_id_for(tasks[i].task_id, seed) not in done for i in u)]
+                      if any(group_id_for(tasks[i].task_id, seed, self.sampling_round)
+                             not in done for i in u)]
         with ThreadPoolExecutor(max_workers=self.workers,
                                 thread_name_prefix="rlvr-tools") as pool:
             if is_token_engine(self.engine):
@@ -203,7 +219,8 @@ class Collector:
         submitted: list[tuple[int, list[Future]]] = []
         try:
             for i in indices:
-                specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed)
+                specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed,
+                                      self.sampling_round)
                 submitted.append((i, [pool.submit(one, s) for s in specs]))
             for i, futures in submitted:
                 episodes = [f.result() for f in futures]
@@ -219,7 +236,8 @@ class Collector:
                   wave_index: int) -> list[GroupResult]:
         groups: list[tuple[int, list[Episode]]] = []
         for i in unit:
-            specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed)
+            specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed,
+                                  self.sampling_round)
             groups.append((i, [Episode(s, self.cfg, engine_name=self.engine_name)
                                for s in specs]))
         everyone = [ep for _, eps in groups for ep in eps]
@@ -239,8 +257,9 @@ class Collector:
                 waiting = [ep for ep in cohort if ep.state == "generate"]
                 if waiting:
                     self._count(step_token(self.engine, waiting, self.cfg,
-                                           call_seed=derive_seed(self.cfg.run_seed, "wave",
-                                                                 wave_index, "tick", tick)),
+                                           call_seed=derive_seed(
+                                               self.cfg.run_seed, "wave", wave_index, "tick",
+                                               tick, *round_parts(self.sampling_round))),
                                 len(waiting))
                 for ep in cohort:
                     if ep.state == "tool":

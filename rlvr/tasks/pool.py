@@ -1,12 +1,13 @@
 """The task pool: a tasks Parquet artifact, read through its schema and data contract."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Sequence
 
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
-from rlvr.errors import UnknownTaskError
+from rlvr.errors import ArtifactError, UnknownTaskError
 from rlvr.tasks.model import Task
 
 
@@ -37,6 +38,24 @@ def save_pool(out: Path | str, accepted: Sequence[Task], rejections: Sequence) -
     write_table(rejections_path(out),
                 [r.to_row() for r in sorted(rejections, key=lambda r: r.task_id)],
                 schemas.REJECTIONS, contract="rejections")
+
+
+def select_tasks(paths: Sequence[Path | str], split: str, max_tasks: int,
+                 seed: int) -> list[Task]:
+    """Tasks of `split` ("" = every split) from every file, in task-id order; a seeded
+    sample of `max_tasks` of them when there are more (0 = all). A task id may appear in one
+    file only: two pools that both define a task would make its rollouts ambiguous."""
+    by_id: dict[str, Task] = {}
+    for path in paths:
+        for task in load_tasks(path):
+            if task.task_id in by_id:
+                raise ArtifactError(f"{path}: task id {task.task_id!r} also appears in an "
+                                    "earlier tasks file")
+            by_id[task.task_id] = task
+    tasks = [by_id[k] for k in sorted(by_id) if not split or by_id[k].split == split]
+    if max_tasks and len(tasks) > max_tasks:
+        tasks = random.Random(seed).sample(tasks, max_tasks)
+    return tasks
 
 
 def get_task(tasks: Sequence[Task], task_id: str, where: Path | str) -> Task:

@@ -1,0 +1,256 @@
+"""Resumable rollouts: tasks -> groups of G multi-turn episodes -> rollout passports (SPEC §3).
+
+The `rollout` stage and any training or evaluation loop call the same `roll_out`: the stage
+builds its engine from params, a training loop passes the engine (and sandbox) it already
+holds and a `sampling_round` per re-sampling of the same tasks.
+
+* `RolloutParams` / `load_params(path)` — the `rollout` section of params.yaml (+ `sandbox`);
+* `open_engine(params)` — the acting engine named by `rollout.engine`
+  (`rlvr.engines.build_engine`);
+* `roll_out(tasks, params, sandbox_params, parts_root, ...)` — every passport row, in a
+  fixed order (task order, then sample index);
+* `patch_rows(rows)` — the submitted diffs the extraction policy passed, as `schemas.PATCHES`
+  rows (candidate_id = trajectory_id) for the verifier;
+* `summarize(rows)` — stop-reason rates, parse errors, lengths, tokens, tool statuses.
+
+Resumable: each finished group (token engines: each finished wave of groups) is written
+atomically as its own Parquet shard under `parts_root/<fingerprint>/`, where the fingerprint
+covers params, sandbox, tasks, policy version, environment version, tokenizer and sampling
+round; a rerun after an interruption skips what is on disk, and the rows are assembled from
+the shards in a fixed order — identical (up to wall-clock columns) to an uninterrupted run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import statistics
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from rlvr.agent.collector import Collector, GroupResult, group_id_for
+from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig, env_version
+from rlvr.agent.passport import (passport_row, read_trajectories, rebuild_check,
+                                 write_trajectories)
+from rlvr.agent.repetition import RepetitionParams
+from rlvr.agent.transcript import ChatCodec
+from rlvr.artifacts import schemas
+from rlvr.artifacts.io import file_sha256
+from rlvr.config import as_dict, load_section
+from rlvr.errors import ConfigError, RlvrError
+from rlvr.progress import progress
+from rlvr.rl.reward import RewardParams
+from rlvr.sandbox.params import SandboxParams
+from rlvr.tasks.model import Task
+
+
+@dataclass(frozen=True)
+class TeacherParams:
+    noise: float = 0.2  # share of scripted-teacher episodes that submit a wrong/partial fix
+
+
+@dataclass(frozen=True)
+class RolloutParams:
+    engine: Literal["scripted", "torch", "vllm", "openai"] = "scripted"
+    model_dir: str = "models/policy-init"  # tokenizer for every engine; weights for torch
+    policy_version: str = ""               # override the engine's own version string
+    split: str = "train"                   # "" = every split
+    max_tasks: int = 0                     # 0 = all tasks of the split (seeded sample otherwise)
+    group_size: int = 4                    # G rollouts per task
+    seed: int = 0
+    workers: int = 2                       # tool thread pool / concurrent teacher episodes
+    groups_per_wave: int = 8               # token engines: groups batched together
+    decoding: Decoding = field(default_factory=Decoding)
+    budgets: Budgets = field(default_factory=Budgets)
+    repetition: RepetitionParams = field(default_factory=RepetitionParams)
+    reward: RewardParams = field(default_factory=RewardParams)
+    teacher: TeacherParams = field(default_factory=TeacherParams)
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+
+class RolloutFailed(RlvrError):
+    """A rollout passport failed its own rebuild check (a harness bug: nothing is written)."""
+
+
+def load_params(path: Path) -> tuple[RolloutParams, SandboxParams]:
+    """The `rollout` and `sandbox` sections of `path`; every bad value a ConfigError."""
+    try:
+        params = load_section(RolloutParams, "rollout", path)
+    except ValueError as exc:
+        if isinstance(exc, RlvrError):
+            raise
+        raise ConfigError(f"{path}: rollout: {exc}") from None
+    if params.group_size < 1 or params.workers < 1 or params.groups_per_wave < 1:
+        raise ConfigError(f"{path}: rollout.group_size, workers and groups_per_wave must be >= 1")
+    if params.max_tasks < 0:
+        raise ConfigError(f"{path}: rollout.max_tasks must be >= 0")
+    return params, load_section(SandboxParams, "sandbox", path)
+
+
+def open_engine(params: RolloutParams):
+    """The acting engine named by `rollout.engine`, with `rollout.engine_options`."""
+    from rlvr.engines import build_engine
+
+    return build_engine(params.engine, params.model_dir,
+                        policy_version=params.policy_version or None,
+                        options=params.engine_options,
+                        teacher=dataclasses.asdict(params.teacher),
+                        max_turns=params.budgets.max_turns)
+
+
+def fingerprint(params: RolloutParams, sandbox: SandboxParams, tasks: list[Task],
+                policy_version: str, codec_source: Path, sampling_round: int = 0) -> str:
+    """What a checkpoint shard depends on: reuse shards only when all of it is unchanged."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"params": as_dict(params), "sandbox": as_dict(sandbox),
+                         "env": env_version(), "policy": policy_version,
+                         "round": sampling_round},
+                        sort_keys=True, default=str).encode())
+    for task in tasks:
+        h.update(f"{task.task_id}\0{task.hashes()['content_hash']}\0".encode())
+    tok = codec_source / "tokenizer.json"
+    if tok.is_file():
+        h.update(file_sha256(tok).encode())
+    return h.hexdigest()[:16]
+
+
+def part_path(parts: Path, group_id: str) -> Path:
+    return parts / f"{hashlib.sha256(group_id.encode()).hexdigest()[:24]}.parquet"
+
+
+def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxParams,
+             parts_root: Path | None, *, engine=None, sandbox=None, sampling_round: int = 0,
+             on_group_written: Callable[[str], None] | None = None,
+             stats: dict | None = None) -> list[dict]:
+    """Run (or resume) the rollouts of `tasks`; return every passport row in a fixed order.
+
+    `engine` / `sandbox`: use these (a training loop's live policy engine, an open sandbox)
+    instead of building them from params; an engine built here is closed here.
+    `sampling_round`: the r-th sampling of these tasks with these params — mixed into group
+    and trajectory ids and every seed (round 0: `<task_id>@s<seed>`), so re-sampling with
+    unchanged weights neither replays nor collides with an earlier round.
+    `parts_root`: where checkpoint shards live (None: a temporary directory, no resumption).
+    `stats` (if given) receives what this run spent: generate calls / seconds / prompts,
+    wall seconds, the engine's busy fraction and the number of groups resumed from disk."""
+    from rlvr.sandbox import get_sandbox
+
+    if sampling_round < 0:
+        raise ConfigError(f"sampling_round must be >= 0 (got {sampling_round})")
+    codec = ChatCodec.from_model_dir(params.model_dir)
+    sandbox = sandbox if sandbox is not None else get_sandbox(sandbox_params.backend)
+    owned = engine is None
+    engine = open_engine(params) if owned else engine
+    try:
+        if parts_root is None:
+            with tempfile.TemporaryDirectory(prefix="rlvr-rollout-parts-") as tmp:
+                return _roll_out(tasks, params, sandbox_params, Path(tmp), engine, sandbox,
+                                 codec, sampling_round, on_group_written, stats)
+        return _roll_out(tasks, params, sandbox_params, Path(parts_root), engine, sandbox,
+                         codec, sampling_round, on_group_written, stats)
+    finally:
+        close = getattr(engine, "close", None) if owned else None
+        if close is not None:
+            close()  # e.g. stop the vLLM server this run launched
+
+
+def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
+              sampling_round, on_group_written, stats) -> list[dict]:
+    config = EpisodeConfig(codec=codec, budgets=params.budgets, decoding=params.decoding,
+                           repetition=params.repetition, reward=params.reward,
+                           sandbox=sandbox, limits=sandbox_params.limits.to_limits(),
+                           run_seed=params.seed)
+    parts = parts_root / fingerprint(params, sandbox_params, tasks, engine.policy_version,
+                                     Path(params.model_dir), sampling_round)
+    parts.mkdir(parents=True, exist_ok=True)
+    gids = [group_id_for(t.task_id, params.seed, sampling_round) for t in tasks]
+    done = {g for g in gids if part_path(parts, g).is_file()}
+    collector = Collector(engine, config, group_size=params.group_size,
+                          workers=params.workers, groups_per_wave=params.groups_per_wave,
+                          sampling_round=sampling_round)
+    with progress(len(tasks), "rollout") as bar:
+        bar.update(len(done))
+
+        def write_group(result: GroupResult) -> None:
+            rows = [passport_row(ep) for ep in result.episodes]
+            for row in rows:
+                problems = rebuild_check(row)
+                if problems:
+                    raise RolloutFailed(f"rollout {row['trajectory_id']}: passport does not "
+                                        f"rebuild: {'; '.join(problems[:3])}")
+            # a shard is a checkpoint: schema + alignment + rebuild checks; the data
+            # contract runs once, on the assembled artifact
+            write_trajectories(part_path(parts, result.group_id), rows, contract=False)
+            bar.update(1)
+            if on_group_written is not None:
+                on_group_written(result.group_id)
+
+        collector.run(tasks, done=done, on_group=write_group)
+    if stats is not None:
+        stats.update({k: round(v, 3) if isinstance(v, float) else v
+                      for k, v in collector.stats.items()})
+        stats["generate_busy_fraction"] = round(
+            collector.stats["generate_seconds"] / collector.stats["wall_seconds"], 4) \
+            if collector.stats["wall_seconds"] else 0.0
+        stats["groups_resumed"] = len(done)
+    rows: list[dict] = []
+    for gid in gids:
+        group = read_trajectories(part_path(parts, gid), contract=False).to_pylist()
+        rows += sorted(group, key=lambda r: r["sample_index"])
+    return rows
+
+
+def patch_rows(rows: list[dict]) -> list[dict]:
+    """The verifier's work: the diff of every rollout that submitted one the extraction
+    policy passed (the others' outcomes are already decided)."""
+    return [{"task_id": r["task_id"], "candidate_id": r["trajectory_id"],
+             "origin": f"rollout:{r['trajectory_id']}", "patch": r["patch"]}
+            for r in rows if r["stop_reason"] == "submitted" and r["patch_ok"]]
+
+
+def summarize(rows: list[dict]) -> dict[str, Any]:
+    n = len(rows)
+    turns = [t for r in rows for t in r["turns"]]
+    gen = [r["n_trainable_tokens"] for r in rows]
+    total = [r["n_tokens"] for r in rows]
+    nturns = [r["n_turns"] for r in rows]
+
+    def dist(values: list[int]) -> dict[str, float]:
+        if not values:
+            return {"mean": 0.0, "median": 0.0, "p90": 0.0, "max": 0.0}
+        ordered = sorted(values)
+        return {"mean": round(statistics.fmean(values), 3),
+                "median": float(statistics.median(values)),
+                "p90": float(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]),
+                "max": float(ordered[-1])}
+
+    stops = Counter(r["stop_reason"] for r in rows)
+    submitted = [r for r in rows if r["stop_reason"] == "submitted"]
+    return {
+        "rollouts": n,
+        "groups": len({r["group_id"] for r in rows}),
+        "tasks": len({r["task_id"] for r in rows}),
+        "stop_reasons": {k: round(stops.get(k, 0) / n, 4) if n else 0.0
+                         for k in schemas.STOP_REASONS},
+        "truncated_rate": round(sum(r["truncated"] for r in rows) / n, 4) if n else 0.0,
+        "infra_error_rate": round(sum(r["infra_error"] for r in rows) / n, 4) if n else 0.0,
+        "parse_error_rate": round(sum(not t["action_valid"] for t in turns) / len(turns), 4)
+        if turns else 0.0,
+        "action_errors": dict(sorted(Counter(t["action_error_kind"] for t in turns
+                                             if not t["action_valid"]).items())),
+        "tool_calls": dict(sorted(Counter(t["tool_name"] for t in turns if t["tool_name"])
+                                  .items())),
+        "tool_status": dict(sorted(Counter(t["tool_status"] for t in turns).items())),
+        "observation_truncated_rate": round(sum(t["observation_truncated"] for t in turns)
+                                            / len(turns), 4) if turns else 0.0,
+        "patch_ok_rate_submitted": round(sum(r["patch_ok"] for r in submitted)
+                                         / len(submitted), 4) if submitted else 0.0,
+        "turns": dist(nturns),
+        "generated_tokens": dist(gen),
+        "total_tokens": dist(total),
+        "tokens_generated_sum": sum(gen),
+        "tokens_total_sum": sum(total),
+        "tool_seconds_sum": round(sum(s for r in rows for s in r["tool_latency_s"]), 3),
+    }
