@@ -43,6 +43,7 @@ from rlvr.sandbox import Limits, Mount, get_sandbox
 from rlvr.tasks import patches
 from rlvr.tasks.patches import check_patch
 from rlvr.tasks.model import Task, files_hash
+from rlvr.versioning import source_digest
 
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
 INSIDE_TARGET = "/opt/rlvr-enclave"
@@ -52,10 +53,7 @@ SEMANTICS = "1"  # bump by hand when grading semantics change
 def _source_hash() -> str:
     """Hash of what decides a verdict: the code inside the sandbox, this host side, and the
     patch module whose `check_patch` runs first (it also builds the diffs curation grades)."""
-    h = hashlib.sha256()
-    for path in sorted(INSIDE_DIR.glob("*.py")) + [Path(patches.__file__), Path(__file__)]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
+    return source_digest([*INSIDE_DIR.glob("*.py"), Path(patches.__file__), Path(__file__)])
 
 
 VERIFIER_VERSION = f"enclave-{SEMANTICS}+{_source_hash()}"
