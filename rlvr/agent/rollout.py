@@ -50,6 +50,9 @@ from rlvr.tasks.model import Task
 @dataclass(frozen=True)
 class TeacherParams:
     noise: float = 0.2  # share of scripted-teacher episodes that submit a wrong/partial fix
+    # rank guesses by the synthesis provenance (file/function/operator/line) too: a student
+    # never sees it, so SFT demonstrations are made without it (recorded in policy_version)
+    hints: bool = False
 
 
 @dataclass(frozen=True)
