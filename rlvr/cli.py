@@ -23,14 +23,14 @@ from rlvr.errors import RlvrError, exit_on_error
 
 def _load_params(path: Path):
     """curate/sandbox/verify params from `path` when it exists, else the defaults."""
+    from rlvr.enclave.batch import VerifyParams
     from rlvr.sandbox.params import SandboxParams
     from rlvr.tasks.curation import CurationParams
-    from stages.verify import VerifyParams
 
     if not path.exists():
         return CurationParams(), SandboxParams(), VerifyParams()
     from rlvr.config import load_section
-    from stages.curate import load_params
+    from rlvr.tasks.curation import load_params
 
     cur, sandbox = load_params(path)
     return cur, sandbox, load_section(VerifyParams, "verify", path)
@@ -86,14 +86,14 @@ def cmd_export_swebench(args) -> None:
 
 
 def cmd_curate(args) -> None:
-    from rlvr.tasks.pool import rejections_path
-    from stages.curate import run_curation, write_outputs
+    from rlvr.tasks.curation import run_curation
+    from rlvr.tasks.pool import rejections_path, save_pool
 
     params, sandbox, _ = _load_params(args.params)
     if args.backend:
         sandbox = dataclasses.replace(sandbox, backend=args.backend)
     result = run_curation(args.source, params, sandbox)
-    write_outputs(result, args.out)
+    save_pool(args.out, result.accepted, result.rejections)
     stats = result.stats()
     print(json.dumps({**stats, "tasks": str(args.out),
                       "rejections": str(rejections_path(args.out))}, indent=2))

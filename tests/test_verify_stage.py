@@ -95,3 +95,22 @@ def test_patch_for_unknown_task_is_named(pools, tmp_path, capsys):
                      str(tmp_path / "v.parquet"), "--metrics", str(tmp_path / "m.json")])
     err = capsys.readouterr().err
     assert "'ghost'" in err and "candidate g" in err
+
+
+def test_infra_errors_are_counted_apart_and_leave_the_denominator():
+    from rlvr.enclave.batch import summarize_verdicts
+
+    def v(cid, success, reason, origin="rollout:x"):
+        return {"task_id": "t", "candidate_id": cid, "origin": origin, "success": success,
+                "reason": reason, "runs": 1, "wall_seconds": 0.5}
+
+    rows = [v("a", True, "none"), v("b", False, "tests_failed"), v("c", False, "infra_error"),
+            v("d", False, "infra_error"), v("e", True, "none", origin="reference")]
+    m = summarize_verdicts(rows)
+    assert m["verdicts"] == 5 and m["infra_errors"] == 2
+    assert m["success_rate"] == pytest.approx(2 / 5)
+    assert m["success_rate_excluding_infra"] == pytest.approx(2 / 3)
+    assert m["by_origin"]["rollout"] == {"n": 4, "success_rate": 0.25, "infra_errors": 2,
+                                         "success_rate_excluding_infra": 0.5}
+    assert m["reasons"] == {"infra_error": 2, "none": 2, "tests_failed": 1}
+    assert summarize_verdicts([])["success_rate_excluding_infra"] == 0.0

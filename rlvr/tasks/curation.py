@@ -15,11 +15,14 @@ import json
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from rlvr.config import load_section
 from rlvr.enclave import Enclave
 from rlvr.errors import PatchFormatError
+from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.model import Task, content_hash, files_hash
 from rlvr.tasks.patches import apply_patch, make_patch
 from rlvr.tasks.splits import SplitParams, assign_split
@@ -272,3 +275,37 @@ def dedup(results: Sequence[Task | Rejection], known: Mapping[str, str] | None =
         seen[key] = result.task_id
         accepted.append(result)
     return CurationResult(accepted, rejections)
+
+
+# ---- a curation run: what the `curate` stage and `rlvr curate` both do ----------------------
+def load_params(path: Path) -> tuple[CurationParams, SandboxParams]:
+    """The `curate` section of `path` with its `split` section folded in, and `sandbox`."""
+    cur = load_section(CurationParams, "curate", path)
+    split = load_section(SplitParams, "split", path)
+    return replace(cur, split=split), load_section(SandboxParams, "sandbox", path)
+
+
+def run_curation(source: Path, params: CurationParams, sandbox: SandboxParams) -> CurationResult:
+    """Curate every hand-authored task directory under `source` through a fresh enclave on
+    `sandbox` (SandboxParams); write nothing (see `rlvr.tasks.pool.save_pool`)."""
+    from rlvr.progress import progress
+    from rlvr.tasks.authored import discover, load_task_dir
+
+    candidates = [load_task_dir(d) for d in discover(source)]
+    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
+                 workers=sandbox.workers) as enclave, \
+            progress(len(candidates), "curate") as bar:
+        return curate(candidates, enclave, params, workers=sandbox.workers, progress=bar.update)
+
+
+def selfcheck_patches(result: CurationResult) -> list[dict]:
+    """Each accepted task's reference and the empty patch (`schemas.PATCHES` rows): the
+    `selfcheck` stage proves on every run that the enclave accepts what should pass and
+    refuses what should not."""
+    rows = []
+    for task in sorted(result.accepted, key=lambda t: t.task_id):
+        rows.append({"task_id": task.task_id, "candidate_id": f"{task.task_id}:reference",
+                     "origin": "reference", "patch": task.reference_patch})
+        rows.append({"task_id": task.task_id, "candidate_id": f"{task.task_id}:empty",
+                     "origin": "empty", "patch": ""})
+    return rows

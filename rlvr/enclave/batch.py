@@ -1,0 +1,122 @@
+"""Verification of many candidate patches (SPEC §4): patch rows in, verdict rows out.
+
+The `verify` / `selfcheck` stages and any training or evaluation loop call the same
+functions; only the diff text of each candidate crosses into the enclave, only its verdict
+comes back. This is the trusted side: the policy side (rlvr/agent, rlvr/engines,
+rlvr/teachers, rlvr/train) never imports it, it only reads the verdict rows.
+
+* `VerifyParams` / `load_params(path)` — the `verify` section of params.yaml (+ `sandbox`);
+* `candidate_seed(seed, candidate_id)` — a candidate's verification seed, a function of its
+  id (not its position), so verdicts don't change when the patches file is reordered or
+  extended;
+* `verify_patches(tasks, patches, params, sandbox) -> list[dict]` — one `schemas.VERDICTS`
+  row per patch row, in the same order;
+* `summarize_verdicts(rows)` — success rates (with and without infra errors in the
+  denominator), reasons, per-origin rates;
+* `check_selfcheck(rows)` — a `reference` patch must pass and an `empty` one must fail, or
+  `SelfCheckFailed`: a verifier that cannot tell them apart must stop the pipeline.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from rlvr.config import load_section
+from rlvr.enclave.core import Enclave, derive_seed
+from rlvr.errors import RlvrError, UnknownTaskError
+from rlvr.progress import progress
+from rlvr.sandbox.params import SandboxParams
+from rlvr.tasks.model import Task
+
+
+@dataclass(frozen=True)
+class VerifyParams:
+    seed: int = 1234
+    consensus_runs: int = 3
+
+
+class SelfCheckFailed(RlvrError):
+    """The verifier disagreed with a patch whose verdict is known in advance."""
+
+
+def load_params(path: Path) -> tuple[VerifyParams, SandboxParams]:
+    return (load_section(VerifyParams, "verify", path),
+            load_section(SandboxParams, "sandbox", path))
+
+
+def candidate_seed(seed: int, candidate_id: str) -> int:
+    return derive_seed(seed, zlib.crc32(candidate_id.encode()))
+
+
+def verify_patches(tasks: Sequence[Task], patches: Sequence[Mapping], params: VerifyParams,
+                   sandbox: SandboxParams, *, enclave: Enclave | None = None,
+                   where: str = "patches") -> list[dict]:
+    """A verdict row for every patch row (`schemas.PATCHES`: task_id, candidate_id, origin,
+    patch), in input order. `enclave`: an open one to reuse (a training loop's); otherwise
+    one is opened on `sandbox` for this call. A patch naming a task that `tasks` lacks is an
+    UnknownTaskError naming the candidate and `where` (the patches file)."""
+    by_id = {t.task_id: t for t in tasks}
+    for row in patches:
+        if row["task_id"] not in by_id:
+            raise UnknownTaskError(f"{where}: candidate {row['candidate_id']} names task "
+                                   f"'{row['task_id']}', which no given tasks file holds")
+    items = [(by_id[r["task_id"]], r["patch"], candidate_seed(params.seed, r["candidate_id"]))
+             for r in patches]
+    with progress(len(items), "verify") as bar:
+        if enclave is not None:
+            verdicts = enclave.verify_many(items, progress=bar.update)
+        else:
+            with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
+                         workers=sandbox.workers,
+                         consensus_runs=params.consensus_runs) as own:
+                verdicts = own.verify_many(items, progress=bar.update)
+    return [{
+        "task_id": row["task_id"], "candidate_id": row["candidate_id"],
+        "origin": row["origin"], "success": verdict.success, "reason": verdict.reason,
+        "runs": verdict.runs, "verifier_version": verdict.verifier_version,
+        "wall_seconds": verdict.wall_seconds,
+        "resources": json.dumps(verdict.resources, sort_keys=True),
+        "safety_flags": list(verdict.safety_flags), "seed": params.seed,
+    } for row, verdict in zip(patches, verdicts)]
+
+
+def _rates(rows: Sequence[Mapping]) -> dict:
+    """success over all verdicts, and over those that are not infra errors (an infra error
+    says nothing about the patch: it is counted apart, never as a failure)."""
+    graded = [r for r in rows if r["reason"] != "infra_error"]
+    return {
+        "n": len(rows),
+        "success_rate": sum(r["success"] for r in rows) / len(rows) if rows else 0.0,
+        "infra_errors": len(rows) - len(graded),
+        "success_rate_excluding_infra": (sum(r["success"] for r in graded) / len(graded)
+                                         if graded else 0.0),
+    }
+
+
+def summarize_verdicts(rows: Sequence[Mapping]) -> dict:
+    by_origin = {origin: _rates([r for r in rows if r["origin"].split(":")[0] == origin])
+                 for origin in sorted({r["origin"].split(":")[0] for r in rows})}
+    overall = _rates(rows)
+    return {
+        "verdicts": overall["n"],
+        "success_rate": overall["success_rate"],
+        "infra_errors": overall["infra_errors"],
+        "success_rate_excluding_infra": overall["success_rate_excluding_infra"],
+        "runs_total": sum(r["runs"] for r in rows),
+        "reasons": dict(sorted(Counter(r["reason"] for r in rows).items())),
+        "by_origin": by_origin,
+        "wall_seconds_total": round(sum(r["wall_seconds"] for r in rows), 3),
+    }
+
+
+def check_selfcheck(rows: Sequence[Mapping]) -> None:
+    for r in rows:
+        want = {"reference": True, "empty": False}.get(r["origin"])
+        if want is not None and r["success"] != want:
+            raise SelfCheckFailed(
+                f"task '{r['task_id']}': {r['origin']} patch got success={r['success']} "
+                f"(reason {r['reason']}), expected success={want}")
