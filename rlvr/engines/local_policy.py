@@ -27,15 +27,10 @@ from typing import Collection, Iterable, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# The special tokens get the fixed ids 0..4, in SPECIAL_TOKENS order.
+from rlvr.chat_format import (EOS, IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL,  # noqa: E402
+                              TOOL_CALL_END)
 from rlvr.engines.model_dir import ModelDirError  # noqa: E402
-
-EOS = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-TOOL_CALL = "<tool_call>"
-TOOL_CALL_END = "</tool_call>"
-# Fixed ids 0..4, in this order (CONTRIBUTING.md "Shared chat / tool-call format").
-SPECIAL_TOKENS = (EOS, IM_START, IM_END, TOOL_CALL, TOOL_CALL_END)
 
 # ChatML-like: <|im_start|>{role}\n{content}<|im_end|>\n ... ; the generation prompt opens an
 # assistant turn. Roles used by the harness: system, user, assistant, tool.
@@ -198,7 +193,10 @@ def synthetic_transcripts(code: dict[str, str], n: int, *, seed: int) -> list[st
             f"_____ {tfunc} _____\n\n    def {tfunc}():\n>       assert {func}({a}) == {b}\n"
             f"E       assert {a + 1} == {b}\nE        +  where {a + 1} = {func}({a})\n\n"
             f"{trel}:{rng.randint(3, 80)}: AssertionError\n"
-            f"=========================== short test summary info ============================\n"
+            f"suspicious lines (run by failing tests, not by passing ones):\n"
+            + "".join(f"{rel}:{k}: {lines[k - 1].strip()}  [{n_fail} failing, {rng.randint(0, 3)} "
+                      f"passing]\n" for k in sorted({rng.randint(start, end) for _ in range(3)}))
+            + f"=========================== short test summary info ============================\n"
             f"FAILED {trel}::{tfunc} - assert {a + 1} == {b}\n"
             f"========================= {n_fail} failed, {n_pass} passed in 0.{rng.randint(1, 99):02d}s "
             f"=========================\n")
@@ -206,7 +204,12 @@ def synthetic_transcripts(code: dict[str, str], n: int, *, seed: int) -> list[st
                     f"============================== {n_pass + n_fail} passed in "
                     f"0.{rng.randint(1, 99):02d}s ==============================\n")
         hits = [f"{rel}:{i + 1}:{ln}" for i, ln in enumerate(lines) if func in ln][:8]
-        if rng.random() < 0.5:
+        line_no = lines.index(target) + 1
+        token = next((t for t in ("<", "+") if t in target and target.count(t) == 1), None)
+        if token and rng.random() < 0.5:
+            edit_args = {"path": rel, "line": line_no, "old": token,
+                         "new": {"<": "<=", "+": "-"}[token]}
+        elif rng.random() < 0.5:
             edit_args = {"path": rel, "old": target.strip(), "new": edited.strip()}
         else:
             edit_args = {"path": rel, "hunk": f"@@ -{start},1 +{start},1 @@\n-{target}\n+{edited}\n"}
