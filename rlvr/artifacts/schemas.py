@@ -217,3 +217,55 @@ register("trajectories", [
     between("n_trainable_tokens", 0, None),
     between("reward_format", 0.0, 1.0),
 ])
+
+# ---- SFT demonstrations (sft): kept rollouts and the log of every dropped one (SPEC §6) ------
+# Owned by rlvr/train/demos.py. A demonstration is checked as a trajectory, not only by its
+# verdict; the first rule a rollout breaks is its drop reason (in this order).
+SFT_DROP_REASONS = (
+    "infra_error",     # the rollout or its verification hit an infrastructure error
+    "not_verified",    # reward_outcome is not 1.0 (a failure, or never verified)
+    "not_submitted",   # the episode did not end by `submit`
+    "truncated",       # collector truncation (max_turns / max_tokens / observation)
+    "invalid_action",  # some tool call did not parse / validate
+    "too_long",        # longer than sft.max_seq_len (never truncated to fit)
+    "duplicate",       # same token-id sequence as a kept demonstration
+    "over_cap",        # beyond sft.demos.max_per_task for its task
+)
+SFT_PARTS = ("train", "val")
+SFT_DROPS = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("task_id", pa.string()),
+        ("family", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("token_hash", pa.string()),
+    ]
+)
+register("sft_drops", [
+    *not_null("trajectory_id", "task_id", "reason", "detail"),
+    unique("trajectory_id"),
+    in_set("reason", SFT_DROP_REASONS),
+])
+SFT_DATA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("task_id", pa.string()),
+        ("family", pa.string()),
+        ("part", pa.string()),             # train | val (split by task, seeded)
+        ("token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),  # 1 on policy-sampled tokens only (SPEC §3)
+        ("n_tokens", pa.int32()),
+        ("n_trainable_tokens", pa.int32()),
+        ("token_hash", pa.string()),       # sha256 of the token ids (the dedup key)
+        ("engine", pa.string()),
+        ("policy_version", pa.string()),
+    ]
+)
+register("sft_data", [
+    *not_null("trajectory_id", "task_id", "part", "token_hash", "n_tokens"),
+    unique("trajectory_id"),
+    unique("token_hash"),
+    in_set("part", SFT_PARTS),
+    between("n_trainable_tokens", 1, None),
+])

@@ -1,0 +1,165 @@
+"""The `sft:` section of params.yaml (SPEC §6): demonstration selection + the SFT trainer.
+
+Names follow TRL / HF `TrainingArguments` where one exists (learning_rate, warmup_steps,
+lr_scheduler_type, num_train_epochs -> epochs, max_steps, max_grad_norm -> grad_clip,
+weight_decay, eval_steps -> eval_every, early_stopping_patience -> early_stop.patience), so
+a reader who knows TRL reads these without a glossary. Every key is typed (rlvr.config:
+an unknown or mistyped key is a ConfigError naming it) and `SFTParams.check` refuses values
+without meaning, naming the dotted key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rlvr.config import DEFAULT_PARAMS, load_section, parse
+from rlvr.errors import ConfigError
+
+# All major weight matrices of a Llama/Qwen-style block, MLP included (SPEC §6).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class DemoParams:
+    """Which verified rollouts become demonstrations (rlvr.train.demos)."""
+
+    # Kept demonstrations per task after dedup (a seeded choice among the clean ones);
+    # 0 = no cap. Caps stop easy tasks (solved by every sample) from dominating the data.
+    max_per_task: int = 4
+    # Share of *tasks* (not demonstrations) held out for the validation loss, chosen with
+    # `sft.seed`; a task's demonstrations are all in one part. 0 = no validation split.
+    val_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
+class LoraParams:
+    """LoRA via peft (SPEC §6: all major matrices incl. the MLP; lr ~10x the full-FT rate;
+    rank 64-256 for SFT)."""
+
+    enabled: bool = False
+    r: int = 64               # adapter rank
+    alpha: int = 128          # scaling = alpha / r
+    dropout: float = 0.0      # dropout on the adapter input
+    target_modules: tuple[str, ...] = LORA_TARGETS
+    # The output directory always holds merged weights (a plain HF causal LM); with this,
+    # the adapter alone is written too, under `adapter/` (a few MB).
+    save_adapter: bool = True
+
+
+@dataclass(frozen=True)
+class EarlyStopParams:
+    """When to stop before max_steps / epochs (SPEC §6: over-trained SFT hurts RL)."""
+
+    # Stop after this many consecutive evaluations whose validation loss is worse than the
+    # best by more than `min_delta` while the train loss kept falling; 0 = off.
+    patience: int = 3
+    min_delta: float = 0.0
+    # Stop once the `on_eval` callback reports `parse_error_rate` <= this (the tool-call
+    # format is stable; SPEC §6 says "well under 20%") for `parse_error_evals` consecutive
+    # evaluations. null = never stop on it (the rate is still logged).
+    parse_error_stop: float | None = 0.05
+    parse_error_evals: int = 1
+    # No early stop before this many optimizer steps.
+    min_steps: int = 0
+    # On an early stop for worsening validation, write the weights of the best-validation
+    # evaluation instead of the last ones (a CPU copy of the trainable weights).
+    restore_best: bool = True
+
+
+@dataclass(frozen=True)
+class SFTParams:
+    """Loss-masked SFT on policy tokens (rlvr.train.sft.train_sft)."""
+
+    seed: int = 0                     # data order, validation split, init of LoRA adapters
+    learning_rate: float = 1e-3       # peak; ~1e-5 for a real pretrained checkpoint
+    lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_steps: int = 10            # linear warmup from 0 to the peak
+    min_lr_ratio: float = 0.1         # cosine/linear decay floor, as a share of the peak
+    epochs: int = 3                   # passes over the train demonstrations
+    max_steps: int = 0                # optimizer steps; 0 = as many as `epochs` give
+    batch_size: int = 16              # demonstrations per optimizer step (global batch)
+    # Padded tokens per forward/backward pass: the memory knob. Micro-batches are
+    # length-sorted and right-padded; the loss and its gradient do not depend on it.
+    micro_batch_tokens: int = 16384
+    # Longest demonstration (tokens) trained on; longer ones are dropped at selection with
+    # reason `too_long` — a transcript is never truncated (it would end mid-turn).
+    max_seq_len: int = 8192
+    grad_clip: float = 1.0            # max global grad norm; 0 = off
+    weight_decay: float = 0.0         # AdamW decay on matrices (never norms / biases)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    eval_every: int = 50              # steps between validation evaluations; 0 = at the end only
+    dtype: Literal["float32", "bfloat16"] = "float32"   # weights and compute
+    device: str = "cpu"
+    # torch: plain AdamW. deepspeed: the same AdamW under a DeepSpeed engine with ZeRO
+    # `zero_stage` (0-3; world size 1, gloo on CPU), e.g. to shard optimizer state on GPUs.
+    backend: Literal["torch", "deepspeed"] = "torch"
+    zero_stage: int = 0
+    # Rows of logits per LM-head chunk (peak memory of the head; results do not change).
+    head_chunk_tokens: int = 4096
+    lora: LoraParams = field(default_factory=LoraParams)
+    demos: DemoParams = field(default_factory=DemoParams)
+    early_stop: EarlyStopParams = field(default_factory=EarlyStopParams)
+
+    def check(self, where: str = "sft") -> "SFTParams":
+        """Refuse values without meaning, naming the key; returns self."""
+        def bad(key: str, why: str, value: Any) -> None:
+            raise ConfigError(f"{where}.{key}: {why}, got {value!r}")
+
+        if not self.learning_rate > 0:
+            bad("learning_rate", "must be > 0", self.learning_rate)
+        for key in ("warmup_steps", "epochs", "max_steps", "eval_every"):
+            if getattr(self, key) < 0:
+                bad(key, "must be >= 0", getattr(self, key))
+        if self.epochs == 0 and self.max_steps == 0:
+            bad("max_steps", "epochs and max_steps are both 0: nothing to train", 0)
+        for key in ("batch_size", "micro_batch_tokens", "max_seq_len", "head_chunk_tokens"):
+            if getattr(self, key) < 1:
+                bad(key, "must be >= 1", getattr(self, key))
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            bad("min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
+        for key in ("grad_clip", "weight_decay", "adam_eps"):
+            if getattr(self, key) < 0:
+                bad(key, "must be >= 0", getattr(self, key))
+        for key in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                bad(key, "must be in [0, 1)", getattr(self, key))
+        if self.zero_stage not in (0, 1, 2, 3):
+            bad("zero_stage", "must be 0, 1, 2 or 3", self.zero_stage)
+        if self.zero_stage and self.backend != "deepspeed":
+            bad("zero_stage", "ZeRO needs backend: deepspeed", self.zero_stage)
+        lora, demos, es = self.lora, self.demos, self.early_stop
+        if lora.enabled:
+            if lora.r < 1:
+                bad("lora.r", "must be >= 1", lora.r)
+            if lora.alpha <= 0:
+                bad("lora.alpha", "must be > 0", lora.alpha)
+            if not lora.target_modules:
+                bad("lora.target_modules", "must name at least one module", lora.target_modules)
+        if not 0.0 <= lora.dropout < 1.0:
+            bad("lora.dropout", "must be in [0, 1)", lora.dropout)
+        if demos.max_per_task < 0:
+            bad("demos.max_per_task", "must be >= 0 (0 = no cap)", demos.max_per_task)
+        if not 0.0 <= demos.val_fraction < 1.0:
+            bad("demos.val_fraction", "must be in [0, 1)", demos.val_fraction)
+        if es.patience < 0 or es.min_steps < 0:
+            bad("early_stop.patience" if es.patience < 0 else "early_stop.min_steps",
+                "must be >= 0", min(es.patience, es.min_steps))
+        if es.min_delta < 0:
+            bad("early_stop.min_delta", "must be >= 0", es.min_delta)
+        if es.parse_error_stop is not None and not 0.0 <= es.parse_error_stop <= 1.0:
+            bad("early_stop.parse_error_stop", "must be in [0, 1] or null", es.parse_error_stop)
+        if es.parse_error_evals < 1:
+            bad("early_stop.parse_error_evals", "must be >= 1", es.parse_error_evals)
+        return self
+
+
+def parse_sft_params(value: dict, where: str = "sft") -> SFTParams:
+    """A mapping (the YAML section) -> checked SFTParams."""
+    return parse(SFTParams, value, where).check(where)
+
+
+def load_sft_params(path: Path | str = DEFAULT_PARAMS, section: str = "sft") -> SFTParams:
+    return load_section(SFTParams, section, path).check(section)
