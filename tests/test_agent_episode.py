@@ -12,7 +12,7 @@ import pytest
 from agentkit import ReplayEngine, count_task, leak_lines, tiny_policy_dir
 from rlvr.agent.collector import Collector, episode_specs
 from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig, run_episode
-from rlvr.agent.passport import deterministic_view, passport_row, rebuild_check, with_outcome
+from rlvr.agent.passport import apply_verdict, deterministic_view, passport_row, rebuild_check
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
@@ -122,8 +122,7 @@ def test_behaviour_logprobs_equal_teacher_forced_scores(engine, codec, bwrap_san
     rows = []
     Collector(engine, cfg, group_size=3, workers=2).run(
         [count_task()], on_group=lambda g: rows.extend(passport_row(e) for e in g.episodes))
-    params = SamplingParams(temperature=decoding.temperature, top_p=decoding.top_p,
-                            top_k=decoding.top_k)
+    params = SamplingParams.of(decoding, max_new_tokens=0)
     checked = 0
     for row in rows:
         assert rebuild_check(row) == []
@@ -180,8 +179,10 @@ def test_submitted_with_a_fix(codec):
     assert row["n_turns"] == 3 and row["reward_format"] == 1.0
     assert row["patch_ok"] and "+        if v < limit:" in row["patch"]
     assert row["reward_outcome"] is None and row["reward"] is None  # the verifier decides
-    done = with_outcome(row, 1.0, "enclave-test")
+    done = apply_verdict(row, {"success": True, "reason": "none",
+                               "verifier_version": "enclave-test"})
     assert done["reward"] == pytest.approx(1.0 + 0.05 * 1.0 - 0.05 * row["reward_length"])
+    assert (done["verdict_reason"], done["verifier_version"]) == ("none", "enclave-test")
     assert rebuild_check(done) == []
     assert [t["tool_name"] for t in row["turns"]] == ["view", "edit", "submit"]
     assert row["turns"][1]["observation"] == "edited mini/core.py"
@@ -206,6 +207,7 @@ def test_a_diff_the_patch_policy_refuses_records_the_policy_version(codec):
     assert row["stop_reason"] == "submitted" and not row["patch_ok"]
     assert row["patch_reason"].startswith("setup.cfg:")
     assert row["verifier_version"] == PATCH_POLICY_VERSION
+    assert row["verdict_reason"] == "patch_rejected"
     assert row["reward_outcome"] == 0.0 and rebuild_check(row) == []
 
 
@@ -282,7 +284,8 @@ def test_a_broken_sandbox_is_infra_error_not_failure(codec):
     assert row["stop_reason"] == "infra_error" and row["infra_error"]
     assert not row["terminated"] and not row["truncated"]
     assert row["reward_outcome"] is None and row["reward"] is None
-    assert with_outcome(row, 1.0, "v")["reward"] is None
+    scored = apply_verdict(row, {"success": True, "reason": "none", "verifier_version": "v"})
+    assert scored["reward"] is None and scored["verdict_reason"] is None
 
 
 def test_oversized_observation_is_capped_in_the_transcript(codec):

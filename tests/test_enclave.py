@@ -11,7 +11,8 @@ import json
 import pytest
 
 from adversarial.tiny_task import ALL_HIDDEN, CORE, FAIL_TO_PASS, FIXED_CORE, HIDDEN, make_task, patch_to, with_core
-from rlvr.enclave import FAILURE_REASONS, VERIFIER_VERSION, Enclave, derive_seed, task_key
+from rlvr.artifacts.schemas import VERDICT_REASONS
+from rlvr.enclave import VERIFIER_VERSION, Enclave, run_seed, task_key
 from rlvr.sandbox import Limits
 
 # A generous wall limit (a loaded CI machine must not turn slow runs into timeouts) and a
@@ -87,7 +88,7 @@ def test_consensus_reruns_only_after_a_first_pass(enclave):
     assert any(v.runs >= 2 for v in verdicts)  # won it, then rerun
     for v in verdicts:
         assert v.success == (v.runs == 3 and v.reason == "none")
-        assert v.reason in FAILURE_REASONS
+        assert v.reason in VERDICT_REASONS
 
 
 def test_single_run_enclave_never_reruns(sandbox_backend):
@@ -229,7 +230,7 @@ def test_task_is_resent_when_the_server_does_not_have_it(enclave):
     assert run.status == "ok" and run.outcomes["test_extra.py::test_extra"] == "passed"
 
 
-def test_derive_seed_is_deterministic_and_spread():
-    assert derive_seed(7, 0) == 7
-    assert derive_seed(7, 1) == derive_seed(7, 1)
-    assert len({derive_seed(7, i) for i in range(50)}) == 50
+def test_consensus_run_seeds_are_deterministic_and_spread():
+    assert run_seed(7, 0) == 7  # the first run replays with the verdict seed itself
+    assert run_seed(7, 1) == run_seed(7, 1)
+    assert len({run_seed(7, i) for i in range(50)} | {run_seed(8, i) for i in range(1, 50)}) == 99

@@ -124,14 +124,32 @@ def test_token_logprobs_reads_the_processed_distribution():
 
 
 @pytest.mark.parametrize("field,kwargs", [
-    ("temperature", {"temperature": -0.1}),
-    ("temperature", {"temperature": float("nan")}),
-    ("top_p", {"top_p": 0.0}),
-    ("top_p", {"top_p": 1.5}),
-    ("top_k", {"top_k": -1}),
-    ("max_new_tokens", {"max_new_tokens": -5}),
-    ("stop_token_ids", {"stop_token_ids": (3, 999)}),
+    ("decoding.temperature", {"temperature": -0.1}),
+    ("decoding.temperature", {"temperature": float("nan")}),
+    ("decoding.top_p", {"top_p": 0.0}),
+    ("decoding.top_p", {"top_p": 1.5}),
+    ("decoding.top_k", {"top_k": -1}),
+    ("sampling.max_new_tokens", {"max_new_tokens": -5}),
+    ("sampling.stop_token_ids", {"stop_token_ids": (3, 999)}),
 ])
 def test_bad_sampling_params_are_refused_by_name(field, kwargs):
-    with pytest.raises(ConfigError, match=f"sampling.{field}"):
+    with pytest.raises(ConfigError, match=field):
         check_params(SamplingParams(**kwargs), vocab_size=100)
+
+
+def test_the_knobs_are_validated_once_for_params_files_and_calls():
+    """`rollout.decoding` and every call's SamplingParams are the same dataclass fields, with
+    the same checks: a bad knob in params.yaml is refused when the params are read, naming
+    it, not at the first generate."""
+    from rlvr.config import parse
+    from rlvr.engines.base import Decoding
+
+    with pytest.raises(ConfigError, match="decoding.top_p"):
+        parse(Decoding, {"top_p": 0.0}, "rollout.decoding")
+    with pytest.raises(ConfigError, match="rollout.decoding.max_new_tokens: unknown key"):
+        parse(Decoding, {"max_new_tokens": 4}, "rollout.decoding")
+    decoding = parse(Decoding, {"temperature": 0.7, "top_k": 5}, "rollout.decoding")
+    params = SamplingParams.of(decoding, max_new_tokens=9, stop_token_ids=[2, 0])
+    assert params == SamplingParams(temperature=0.7, top_p=1.0, top_k=5, max_new_tokens=9,
+                                    stop_token_ids=(2, 0))
+    assert params.knobs() == decoding.knobs() == {"temperature": 0.7, "top_p": 1.0, "top_k": 5}

@@ -247,7 +247,7 @@ def test_bad_inputs_get_named_errors(engine):
         engine.generate([[1, 2], []], NUCLEUS, seed=0)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         engine.generate([[1, engine.vocab_size]], NUCLEUS, seed=0)
-    with pytest.raises(ConfigError, match="sampling.top_p"):
+    with pytest.raises(ConfigError, match="decoding.top_p"):
         engine.generate([[1, 2]], SamplingParams(top_p=0.0), seed=0)
     with pytest.raises(ValueError, match="completion 0: token id"):
         engine.score([1, 2], [3, -1], NUCLEUS)

@@ -34,9 +34,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from rlvr.agent.episode import (Episode, EpisodeConfig, EpisodeSpec, bind_teacher,
-                                derive_seed)
+from rlvr.agent.episode import Episode, EpisodeConfig, EpisodeSpec, bind_teacher
 from rlvr.engines.base import SamplingParams
+from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 
 
@@ -96,10 +96,8 @@ def step_token(engine, episodes: Sequence[Episode], config: EpisodeConfig, *,
     live = [(ep, n) for ep, n in zip(episodes, limits) if n > 0]
     if not live:
         return 0.0
-    d = config.decoding
-    params = SamplingParams(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
-                            max_new_tokens=max(n for _, n in live),
-                            stop_token_ids=tuple(config.codec.stop_ids))
+    params = SamplingParams.of(config.decoding, max_new_tokens=max(n for _, n in live),
+                               stop_token_ids=config.codec.stop_ids)
     prompts = [ep.transcript.token_ids for ep, _ in live]
     started = time.perf_counter()
     if supports_sample_seeds(engine):

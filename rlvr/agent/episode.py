@@ -22,7 +22,6 @@ same on both paths:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import time
@@ -37,7 +36,9 @@ from rlvr.rl.reward import RewardParams
 from rlvr.agent.tools import ParsedAction, ToolCall, parse_action, tools_fingerprint
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace
+from rlvr.engines.base import Decoding
 from rlvr.sandbox.base import Limits, Sandbox
+from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 from rlvr.tasks.patches import extract_patch
 
@@ -48,12 +49,6 @@ ENV_NAME = "rlvr-repo-repair"
 def env_version() -> str:
     """Harness + tool schemas + system prompt: what the agent's world is made of."""
     return f"{HARNESS_VERSION}+tools.{tools_fingerprint()}+prompt.{prompt_fingerprint()}"
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from any parts (stable across processes and Python versions)."""
-    blob = json.dumps([str(p) for p in parts]).encode()
-    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 1
 
 
 @dataclass(frozen=True)
@@ -75,13 +70,6 @@ class Budgets:
                 raise ValueError(f"budgets.{name} must be >= 1")
         if self.tool_timeout_s <= 0:
             raise ValueError("budgets.tool_timeout_s must be > 0")
-
-
-@dataclass(frozen=True)
-class Decoding:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from rlvr.agent.collector import Collector, GroupResult, group_id_for
-from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig, env_version
+from rlvr.agent.episode import Budgets, EpisodeConfig, env_version
 from rlvr.agent.passport import (passport_row, read_trajectories, rebuild_check,
                                  write_trajectories)
 from rlvr.agent.repetition import RepetitionParams
@@ -40,6 +40,7 @@ from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import file_sha256
 from rlvr.config import as_dict, load_section
+from rlvr.engines.base import Decoding
 from rlvr.errors import ConfigError, RlvrError
 from rlvr.progress import progress
 from rlvr.rl.reward import RewardParams

@@ -19,8 +19,8 @@ from typing import Any
 
 import jsonschema
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
+from rlvr.chat_format import TOOL_CALL as TOOL_CALL_OPEN
+from rlvr.chat_format import TOOL_CALL_END as TOOL_CALL_CLOSE
 
 _PATH = {"type": "string", "minLength": 1, "maxLength": 512}
 

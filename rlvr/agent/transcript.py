@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")
+from rlvr.chat_format import EOS, IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
+
 PROMPT_TURN = -1
 
 
@@ -68,11 +69,11 @@ class ChatCodec:
             if tid is None:
                 raise ValueError(f"tokenizer {name!r} lacks the special token {tok!r}")
             ids[tok] = tid
-        self.eos = ids["<|endoftext|>"]
-        self.im_start = ids["<|im_start|>"]
-        self.im_end = ids["<|im_end|>"]
-        self.tool_call = ids["<tool_call>"]
-        self.tool_call_end = ids["</tool_call>"]
+        self.eos = ids[EOS]
+        self.im_start = ids[IM_START]
+        self.im_end = ids[IM_END]
+        self.tool_call = ids[TOOL_CALL]
+        self.tool_call_end = ids[TOOL_CALL_END]
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._cache: dict[str, list[int]] = {}
 
@@ -99,15 +100,15 @@ class ChatCodec:
         out: list[int] = []
         rest = text
         while rest:
-            i_open, i_close = rest.find("<tool_call>"), rest.find("</tool_call>")
-            hits = [(i, tok) for i, tok in ((i_open, "<tool_call>"), (i_close, "</tool_call>"))
+            i_open, i_close = rest.find(TOOL_CALL), rest.find(TOOL_CALL_END)
+            hits = [(i, tok) for i, tok in ((i_open, TOOL_CALL), (i_close, TOOL_CALL_END))
                     if i >= 0]
             if not hits:
                 out += self.encode_text(rest)
                 break
             i, tok = min(hits)
             out += self.encode_text(rest[:i])
-            out.append(self.tool_call if tok == "<tool_call>" else self.tool_call_end)
+            out.append(self.tool_call if tok == TOOL_CALL else self.tool_call_end)
             rest = rest[i + len(tok):]
         return out
 

@@ -7,23 +7,13 @@ Public API (others code against these names):
   the enclave;
 * `Enclave(backend, limits, workers, consensus_runs)` with `run_suite` (per-test outcomes,
   trusted side only), `verify` (one `Verdict`, with flaky-test consensus) and `verify_many`;
-* `Verdict.public()` — the only thing that leaves the verifier;
+* `Verdict.public()` — the only thing that leaves the verifier; its `reason` is one of
+  `rlvr.artifacts.schemas.VERDICT_REASONS`;
 * `VERIFIER_VERSION` — changes with the grading semantics and with any byte of the runner,
   server, host code or patch module (`rlvr/tasks/patches.py`).
 
 The threat model and its residual risks are documented in `_inside/runner.py`.
 """
-from rlvr.enclave.core import (
-    FAILURE_REASONS,
-    VERIFIER_VERSION,
-    Enclave,
-    SuiteRun,
-    Verdict,
-    derive_seed,
-    task_key,
-)
+from rlvr.enclave.core import VERIFIER_VERSION, Enclave, SuiteRun, Verdict, run_seed, task_key
 
-__all__ = [
-    "Enclave", "FAILURE_REASONS", "SuiteRun", "VERIFIER_VERSION", "Verdict", "derive_seed",
-    "task_key",
-]
+__all__ = ["Enclave", "SuiteRun", "VERIFIER_VERSION", "Verdict", "run_seed", "task_key"]

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from rlvr.config import load_section
-from rlvr.enclave.core import Enclave, derive_seed
+from rlvr.enclave.core import Enclave
 from rlvr.errors import RlvrError, UnknownTaskError
 from rlvr.progress import progress
 from rlvr.sandbox.params import SandboxParams
+from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 
 

@@ -38,11 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from rlvr import seeds
 from rlvr.errors import SandboxUnavailable
 from rlvr.sandbox import Limits, Mount, get_sandbox
+from rlvr.seeds import derive_seed
 from rlvr.tasks import patches
-from rlvr.tasks.patches import check_patch
 from rlvr.tasks.model import Task, files_hash
+from rlvr.tasks.patches import check_patch
 from rlvr.versioning import source_digest
 
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
@@ -51,15 +53,14 @@ SEMANTICS = "1"  # bump by hand when grading semantics change
 
 
 def _source_hash() -> str:
-    """Hash of what decides a verdict: the code inside the sandbox, this host side, and the
-    patch module whose `check_patch` runs first (it also builds the diffs curation grades)."""
-    return source_digest([*INSIDE_DIR.glob("*.py"), Path(patches.__file__), Path(__file__)])
+    """Hash of what decides a verdict: the code inside the sandbox, this host side, the
+    patch module whose `check_patch` runs first (it also builds the diffs curation grades)
+    and the seed derivation of the consensus runs."""
+    return source_digest([*INSIDE_DIR.glob("*.py"), Path(patches.__file__), Path(seeds.__file__),
+                          Path(__file__)])
 
 
 VERIFIER_VERSION = f"enclave-{SEMANTICS}+{_source_hash()}"
-FAILURE_REASONS = (
-    "none", "patch_rejected", "apply_failed", "tests_failed", "timeout", "resource_limit", "infra_error",
-)
 RUN_STATUSES = ("ok", "apply_failed", "timeout", "resource_limit", "infra_error")
 # Flags that void a run whatever the tests said.
 TAMPER_PREFIXES = ("tamper_", "eq_override", "runner_killed")
@@ -116,12 +117,10 @@ class Verdict:
         }
 
 
-def derive_seed(seed: int, index: int) -> int:
-    """Deterministic, well-mixed per-run seed (index 0 is the verdict seed itself)."""
-    if index == 0:
-        return int(seed)
-    digest = hashlib.sha256(f"rlvr-enclave:{seed}:{index}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+def run_seed(seed: int, index: int) -> int:
+    """Seed of consensus run `index` of a verdict seeded `seed`: run 0 uses the verdict seed
+    itself (so `run_suite(seed=verdict seed)` replays it), later runs a derived one."""
+    return int(seed) if index == 0 else derive_seed(seed, "consensus", index)
 
 
 def task_key(task: Task) -> str:
@@ -390,7 +389,7 @@ class Enclave:
         runs = 0
         reason, detail = "none", ""
         for index in range(self.consensus_runs):
-            run = self._run_on(worker, task, patch, derive_seed(seed, index), True, None)
+            run = self._run_on(worker, task, patch, run_seed(seed, index), True, None)
             runs += 1
             cpu += float(run.resources.get("cpu_seconds", 0.0) or 0.0)
             rss = max(rss, int(run.resources.get("max_rss_kb", 0) or 0))
@@ -420,7 +419,7 @@ class Enclave:
     def verify_many(self, items: Iterable[tuple], seed: int = 0,
                     progress: Callable[[int], object] | None = None) -> list[Verdict]:
         """Verify many (task, patch) or (task, patch, seed) items on all workers in parallel;
-        results come back in input order. Items without a seed get derive_seed(seed, i+1).
+        results come back in input order. Item i without a seed gets derive_seed(seed, "item", i).
         `progress(1)` is called as each verdict lands (a stage's progress bar)."""
         jobs = []
         for i, item in enumerate(items):
@@ -428,7 +427,7 @@ class Enclave:
                 task, patch, s = item
             else:
                 task, patch = item
-                s = derive_seed(seed, i + 1)
+                s = derive_seed(seed, "item", i)
             jobs.append((task, patch, int(s)))
         if not jobs:
             return []
@@ -448,7 +447,4 @@ def _shutdown(workers: list[_Worker], spawner: ThreadPoolExecutor) -> None:
     spawner.shutdown(wait=False)
 
 
-__all__ = [
-    "Enclave", "FAILURE_REASONS", "SuiteRun", "VERIFIER_VERSION", "Verdict",
-    "derive_seed", "task_key",
-]
+__all__ = ["Enclave", "SuiteRun", "VERIFIER_VERSION", "Verdict", "run_seed", "task_key"]

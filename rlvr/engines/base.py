@@ -14,17 +14,56 @@ teacher, in `rlvr.teachers`), `scripted` (a systematic debugging teacher, `rlvr.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, fields
 from typing import Protocol, Sequence, runtime_checkable
+
+from rlvr.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
+class Decoding:
+    """The decoding knobs, defined and validated here only: `rollout.decoding` in params.yaml,
+    `EpisodeConfig.decoding`, and the first three fields of every `SamplingParams`. How they
+    shape the distribution a token is drawn from is `rlvr/engines/sampling.py`."""
+
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # 1 = off
     top_k: int = 0  # 0 = off
+
+    def __post_init__(self) -> None:
+        """Refuse knobs that have no meaning, naming the field (a ConfigError: exit 2)."""
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ConfigError(f"decoding.temperature: must be a finite number >= 0, got {self.temperature!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ConfigError(f"decoding.top_p: must be in (0, 1], got {self.top_p!r}")
+        if self.top_k < 0:
+            raise ConfigError(f"decoding.top_k: must be >= 0 (0 = off), got {self.top_k!r}")
+
+    def knobs(self) -> dict:
+        """temperature, top_p and top_k alone (also of a SamplingParams)."""
+        return {f.name: getattr(self, f.name) for f in fields(Decoding)}
+
+
+@dataclass(frozen=True)
+class SamplingParams(Decoding):
+    """One `generate` / `score` call: the decoding knobs plus what this call may generate
+    (`max_new_tokens`) and which sampled tokens end a sample (`stop_token_ids`)."""
+
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_new_tokens < 0:
+            raise ConfigError(f"sampling.max_new_tokens: must be >= 0, got {self.max_new_tokens!r}")
+
+    @classmethod
+    def of(cls, decoding: Decoding, *, max_new_tokens: int,
+           stop_token_ids: Sequence[int] = ()) -> "SamplingParams":
+        """The params of one call under `decoding` (the harness builds every turn's here)."""
+        return cls(**decoding.knobs(), max_new_tokens=int(max_new_tokens),
+                   stop_token_ids=tuple(int(t) for t in stop_token_ids))
 
     def as_dict(self) -> dict:
         return asdict(self)

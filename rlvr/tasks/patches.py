@@ -52,8 +52,9 @@ from pathlib import Path, PurePosixPath
 
 from rlvr.errors import PatchFormatError
 from rlvr.tasks.model import Task
+from rlvr.versioning import source_digest
 
-PATCH_POLICY_VERSION = "patch-policy+" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+PATCH_POLICY_VERSION = "patch-policy+" + source_digest([Path(__file__)])
 
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 CONFIG_NAMES = frozenset({
