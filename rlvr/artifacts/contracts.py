@@ -41,6 +41,11 @@ def unique(column: str) -> Expect:
     return Expect("ExpectColumnValuesToBeUnique", {"column": column})
 
 
+def unique_together(*columns: str) -> Expect:
+    """No two rows share the values of all `columns` (a compound key)."""
+    return Expect("ExpectCompoundColumnsToBeUnique", {"column_list": list(columns)})
+
+
 def in_set(column: str, values) -> Expect:
     return Expect("ExpectColumnValuesToBeInSet", {"column": column, "value_set": list(values)})
 
@@ -83,7 +88,8 @@ def check(name: str, table: pa.Table, where: str) -> None:
         raise KeyError(f"no data contract registered for artifact '{name}'")
     if table.num_rows == 0:
         return
-    columns = sorted({e.kwargs["column"] for e in _SUITES[name] if "column" in e.kwargs})
+    columns = sorted({e.kwargs["column"] for e in _SUITES[name] if "column" in e.kwargs}
+                     | {c for e in _SUITES[name] for c in e.kwargs.get("column_list", ())})
     frame = table.select(columns).to_pandas()
     suite, batch_def = _suite_and_batch(name)
     result = batch_def.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
@@ -94,5 +100,6 @@ def check(name: str, table: pa.Table, where: str) -> None:
         if not res.success:
             cfg = res.expectation_config
             sample = (res.result or {}).get("partial_unexpected_list", [])[:3]
-            problems.append(f"{cfg.type}({cfg.kwargs.get('column')}) unexpected={sample}")
+            column = cfg.kwargs.get("column") or ",".join(cfg.kwargs.get("column_list") or ())
+            problems.append(f"{cfg.type}({column}) unexpected={sample}")
     raise ArtifactError(f"{where}: breaks the '{name}' data contract: " + "; ".join(problems))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from rlvr.artifacts.contracts import between, in_set, nonempty_string, not_null, register, unique
+from rlvr.artifacts.contracts import (between, in_set, nonempty_string, not_null, register,
+                                      unique, unique_together)
 
 FILES = pa.list_(pa.struct([("path", pa.string()), ("content", pa.string())]))
 QUARANTINE = pa.list_(pa.struct([("test_id", pa.string()), ("reason", pa.string())]))
@@ -216,6 +217,49 @@ register("trajectories", [
     in_set("logprobs_kind", LOGPROB_KINDS),
     between("n_trainable_tokens", 0, None),
     between("reward_format", 0.0, 1.0),
+])
+
+# ---- evaluation (evaluate): one row per evaluated episode (SPEC §8) -------------------------
+# Owned by rlvr/evaluate. A checkpoint's rows for one tier are the same (task_id, seed) set as
+# every other checkpoint's (paired comparison). `success` is null exactly when the episode
+# or its verification ended in an infra error: such a row is counted apart and never enters
+# a pass-rate denominator.
+EVAL_TIERS = ("train", "heldout_function", "heldout", "regression")  # nearest first (§8)
+EVAL = pa.schema(
+    [
+        ("checkpoint", pa.string()),       # name of the evaluated checkpoint (evaluate.checkpoints)
+        ("run", pa.string()),              # training run / seed it belongs to ("" = one run)
+        ("tier", pa.string()),
+        ("family", pa.string()),
+        ("task_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("seed", pa.int64()),              # the episode's sample (reset) seed: same for every checkpoint
+        ("success", pa.bool_()),           # verified success; null = infra error
+        ("infra_error", pa.bool_()),
+        ("verdict_reason", pa.string()),   # VERDICT_REASONS, or "not_submitted" / "patch_rejected"
+        ("stop_reason", pa.string()),
+        ("n_turns", pa.int32()),
+        ("n_invalid_actions", pa.int32()),
+        ("n_trainable_tokens", pa.int32()),  # policy-generated tokens
+        ("n_tokens", pa.int32()),            # whole transcript
+        ("seconds", pa.float64()),           # episode wall seconds (a timing column)
+        ("trajectory_id", pa.string()),
+        ("policy_version", pa.string()),
+        ("policy_step", pa.int64()),
+    ]
+)
+register("eval", [
+    *not_null("checkpoint", "tier", "family", "task_id", "sample_index", "seed", "infra_error",
+              "stop_reason", "trajectory_id", "policy_version"),
+    # trajectory ids repeat across checkpoints by design (same task, seed, index): the key
+    # is the checkpoint's run + the episode
+    unique_together("checkpoint", "run", "trajectory_id"),
+    in_set("tier", EVAL_TIERS),
+    in_set("stop_reason", STOP_REASONS),
+    between("sample_index", 0, None),
+    between("n_turns", 0, None),
+    between("n_invalid_actions", 0, None),
+    between("n_trainable_tokens", 0, None),
 ])
 
 # ---- SFT demonstrations (sft): kept rollouts and the log of every dropped one (SPEC §6) ------
