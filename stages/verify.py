@@ -4,11 +4,19 @@ Only the diff text of each candidate crosses into a fresh enclave; only the verd
 back (`rlvr.enclave.batch`). With `--selfcheck`, patches whose origin is `reference` must
 pass and `empty` must fail, or the stage fails: a verifier that cannot tell them apart must
 stop the pipeline.
+
+With `--trajectories IN --trajectories-out OUT`, the verdicts are written back into the
+rollout passports they judge (candidate_id == trajectory_id, `rlvr.agent.passport.
+apply_verdicts`): OUT is IN with reward_outcome, reward, verdict_reason and
+verifier_version filled. A verifier infra error leaves a rollout without reward, marked
+verdict_reason "infra_error"; metrics count those apart from failures.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr.agent.passport import (apply_verdicts, outcome_summary, read_trajectories,
+                                 write_trajectories)
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
 from rlvr.enclave.batch import check_selfcheck, load_params, summarize_verdicts, verify_patches
@@ -27,18 +35,36 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--metrics", type=Path, required=True)
     p.add_argument("--selfcheck", action="store_true")
+    p.add_argument("--trajectories", type=Path,
+                   help="rollout passports to score with the verdicts (with --trajectories-out)")
+    p.add_argument("--trajectories-out", type=Path,
+                   help="where the scored passports are written")
     args = p.parse_args(argv)
+    if (args.trajectories is None) != (args.trajectories_out is None):
+        p.error("--trajectories and --trajectories-out go together")
     params, sandbox = load_params(args.params)
     tasks = [t for path in args.tasks for t in load_tasks(path)]
     patches = read_table(args.patches, schemas.PATCHES, contract="patches").to_pylist()
+    rollouts = (read_trajectories(args.trajectories).to_pylist()
+                if args.trajectories is not None else None)
     inputs = {f"tasks{i}": path for i, path in enumerate(args.tasks)}
-    with stage_run("verify", params, inputs={**inputs, "patches": args.patches},
-                   metrics_path=args.metrics) as run:
+    inputs["patches"] = args.patches
+    if args.trajectories is not None:
+        inputs["trajectories"] = args.trajectories
+    with stage_run("verify", params, inputs=inputs, metrics_path=args.metrics) as run:
         rows = verify_patches(tasks, patches, params, sandbox, where=str(args.patches))
         if args.selfcheck:
             check_selfcheck(rows)
+        metrics = summarize_verdicts(rows)
+        scored = None
+        if rollouts is not None:  # joined before anything is written: a mismatch writes nothing
+            scored = apply_verdicts(rollouts, rows,
+                                    where=f"{args.patches} vs {args.trajectories}")
+            metrics["trajectories"] = outcome_summary(scored)
         write_table(args.out, rows, schemas.VERDICTS, contract="verdicts")
-        run.log_metrics(summarize_verdicts(rows))
+        if scored is not None:
+            write_trajectories(args.trajectories_out, scored)
+        run.log_metrics(metrics)
 
 
 if __name__ == "__main__":

@@ -114,3 +114,66 @@ def test_infra_errors_are_counted_apart_and_leave_the_denominator():
                                          "success_rate_excluding_infra": 0.5}
     assert m["reasons"] == {"infra_error": 2, "none": 2, "tests_failed": 1}
     assert summarize_verdicts([])["success_rate_excluding_infra"] == 0.0
+
+
+def test_verdicts_are_written_back_into_the_passports(pools, tmp_path, capsys, monkeypatch):
+    from agentkit import tiny_policy_dir
+    from rlvr.agent.passport import needs_verdict, read_trajectories, write_trajectories
+    from rlvr.agent.rollout import RolloutParams, TeacherParams, patch_rows, roll_out
+    from rlvr.sandbox.params import SandboxParams
+
+    monkeypatch.setenv("RLVR_TRACKING", "off")
+    root, tasks, paths = pools
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    params = RolloutParams(engine="scripted", model_dir=str(tiny_policy_dir()), split="",
+                           group_size=3, seed=1, teacher=TeacherParams(noise=0.5))
+    rows = roll_out(tasks, params, SandboxParams(workers=1), tmp_path / "parts")
+    traj_in, traj_out = tmp_path / "trajectories.parquet", tmp_path / "scored.parquet"
+    write_trajectories(traj_in, rows)
+    _patches(tmp_path / "p.parquet", patch_rows(rows))
+    assert len(patch_rows(rows)) >= 2, "the teacher submitted too little to verify"
+    out, metrics = tmp_path / "v.parquet", tmp_path / "m.json"
+    verify.main(["--params", str(tmp_path / "params.yaml"),
+                 "--tasks", str(paths[0]), "--tasks", str(paths[1]),
+                 "--patches", str(tmp_path / "p.parquet"), "--out", str(out),
+                 "--metrics", str(metrics),
+                 "--trajectories", str(traj_in), "--trajectories-out", str(traj_out)])
+    verdicts = {v["candidate_id"]: v
+                for v in read_table(out, schemas.VERDICTS, contract="verdicts").to_pylist()}
+    scored = read_trajectories(traj_out).to_pylist()
+    assert [r["trajectory_id"] for r in scored] == [r["trajectory_id"] for r in rows]
+    for before, after in zip(rows, scored):
+        if needs_verdict(before):
+            v = verdicts[before["trajectory_id"]]
+            assert after["reward_outcome"] == float(v["success"])
+            assert after["verdict_reason"] == v["reason"]
+            assert after["verifier_version"] == v["verifier_version"]
+            assert after["reward"] is not None and before["reward"] is None
+        else:  # decided at rollout time: untouched
+            assert (after["reward"], after["verdict_reason"]) == (before["reward"],
+                                                                   before["verdict_reason"])
+    summary = json.loads(metrics.read_text())
+    assert summary["trajectories"]["rollouts"] == len(rows)
+    assert summary["trajectories"]["unverified"] == 0
+    assert summary["infra_errors"] == 0
+    assert summary["success_rate_excluding_infra"] == summary["success_rate"]
+
+    # the pair goes together; a trajectories file the verdicts do not belong to writes nothing
+    with pytest.raises(SystemExit) as exc:
+        verify.main(["--params", str(tmp_path / "params.yaml"), "--tasks", str(paths[0]),
+                     "--patches", str(tmp_path / "p.parquet"), "--out", str(out),
+                     "--metrics", str(metrics), "--trajectories", str(traj_in)])
+    assert exc.value.code == 2
+    assert "go together" in capsys.readouterr().err
+    first = patch_rows(rows)[:1]
+    _patches(tmp_path / "one.parquet", first)
+    with pytest.raises(SystemExit) as exc:
+        verify.main(["--params", str(tmp_path / "params.yaml"),
+                     "--tasks", str(paths[0]), "--tasks", str(paths[1]),
+                     "--patches", str(tmp_path / "one.parquet"),
+                     "--out", str(tmp_path / "v2.parquet"), "--metrics", str(tmp_path / "m2.json"),
+                     "--trajectories", str(traj_in),
+                     "--trajectories-out", str(tmp_path / "s2.parquet")])
+    assert exc.value.code == 2
+    assert "no verdict for" in capsys.readouterr().err
+    assert not (tmp_path / "s2.parquet").exists() and not (tmp_path / "v2.parquet").exists()

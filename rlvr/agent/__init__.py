@@ -10,7 +10,8 @@ rollout passport and the concurrent collector.
     repetition.py  the n-gram repetition guard
     episode.py     one episode as a state machine; `run_episode`
     collector.py   G rollouts per task, batched generation, tools in a thread pool
-    passport.py    the `trajectories` row, alignment check, `rebuild_check`, `with_outcome`
+    passport.py    the `trajectories` row, alignment check, `rebuild_check`, `apply_verdict`
+    rollout.py     resumable rollouts of many tasks (`roll_out`), the rollout stage's logic
 
 The trajectory reward (SPEC §5) is `rlvr/rl/reward.py`.
 

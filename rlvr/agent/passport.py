@@ -10,22 +10,35 @@ checks that make it trustworthy without regeneration.
   count, each turn's logprob (sum of its token logprobs), the stop reason (replaying the
   budget / invalid-action / repetition rules) and the reward fields; every disagreement is a
   problem string. An empty list means the loss can be recomputed from this row.
-* `with_outcome(row, outcome, verifier_version)` — the verify side: fill R_outcome and the
-  total reward R (SPEC §5) into a row.
+* `apply_verdict(row, verdict)` — the one place a verdict becomes a reward: R_outcome, the
+  total reward R (SPEC §5), `verdict_reason` and `verifier_version`; `apply_verdicts(rows,
+  verdicts)` joins a verify run's verdicts to its rollouts (candidate_id == trajectory_id).
+
+`verdict_reason` (one of `schemas.VERDICT_REASONS`, or null) says what decided R_outcome:
+
+* null — no verdict applies: the rollout did not submit (its `stop_reason` says why and its
+  outcome was forced to 0 at rollout time, or it is a rollout-time `infra_error` with no
+  outcome at all), or it submitted a diff that is not verified yet (outcome null);
+* "patch_rejected" — the static patch policy refused the submitted diff at rollout time
+  (`patch_ok` false): outcome 0, no verifier call;
+* the enclave's reason otherwise: "none" = success (outcome 1), "tests_failed",
+  "apply_failed", "timeout", ... (outcome 0) — and "infra_error": the verifier could not
+  judge, so the outcome and reward stay null; such a row is excluded from training and from
+  pass-rate denominators, counted apart, never a task failure.
 """
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
 from rlvr.agent.episode import ENV_NAME, Episode, env_version
 from rlvr.agent.repetition import RepetitionParams, first_repetition
-from rlvr.rl.reward import (FORCED_ZERO_STOPS, format_reward, length_fraction,
-                               rollout_outcome, trajectory_reward)
+from rlvr.rl.reward import (format_reward, length_fraction, rollout_outcome,
+                            trajectory_reward)
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
 from rlvr.errors import ArtifactError
@@ -102,6 +115,8 @@ def passport_row(ep: Episode) -> dict[str, Any]:
         # set when the static patch policy already decided the outcome (a refused diff)
         "verifier_version": PATCH_POLICY_VERSION if (ep.stop_reason == "submitted"
                                                      and not ep.patch_ok) else None,
+        "verdict_reason": "patch_rejected" if (ep.stop_reason == "submitted"
+                                               and not ep.patch_ok) else None,
         "patch": ep.patch,
         "patch_ok": ep.patch_ok,
         "patch_reason": ep.patch_reason,
@@ -119,20 +134,103 @@ def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
-def with_outcome(row: dict[str, Any], outcome: float, verifier_version: str) -> dict[str, Any]:
-    """`row` with R_outcome from the verifier and the total reward R recomputed (SPEC §5).
-    A rollout whose outcome was forced to 0 at rollout time keeps 0."""
+def needs_verdict(row: Mapping[str, Any]) -> bool:
+    """Whether only the verifier can decide this rollout's outcome: it submitted a diff the
+    patch policy passed (every other outcome is decided when the rollout ends)."""
+    return (row["stop_reason"] == "submitted" and bool(row["patch_ok"])
+            and not row["infra_error"])
+
+
+def apply_verdict(row: Mapping[str, Any], verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """`row` scored by `verdict` (a `schemas.VERDICTS` row or `Verdict.public()`: `success`,
+    `reason`, `verifier_version`): R_outcome, R (SPEC §5), `verdict_reason` and
+    `verifier_version` (module docstring for the values).
+
+    Forced outcomes win over any verdict: a rollout that did not submit keeps its
+    rollout-time outcome (0, or none for a rollout-time infra error) and a null reason; one
+    whose diff the patch policy refused keeps outcome 0 and "patch_rejected". A verifier
+    `infra_error` leaves outcome and reward null (no reward for what was never judged)."""
+    reason = verdict["reason"]
+    if reason not in schemas.VERDICT_REASONS:
+        raise ArtifactError(f"verdict for {row['trajectory_id']!r}: reason {reason!r} is not "
+                            f"one of {', '.join(schemas.VERDICT_REASONS)}")
+    if bool(verdict["success"]) != (reason == "none"):
+        raise ArtifactError(f"verdict for {row['trajectory_id']!r}: success="
+                            f"{verdict['success']} contradicts reason {reason!r}")
     out = dict(row)
-    if row["stop_reason"] in FORCED_ZERO_STOPS or (row["stop_reason"] == "submitted"
-                                                    and not row["patch_ok"]):
-        outcome = 0.0
-    out["reward_outcome"] = None if row["infra_error"] else float(outcome)
-    out["verifier_version"] = verifier_version
+    if not needs_verdict(row):
+        return out  # decided at rollout time (passport_row): nothing a verdict may change
+    out["verifier_version"] = verdict["verifier_version"]
+    out["verdict_reason"] = reason
+    out["reward_outcome"] = None if reason == "infra_error" else float(reason == "none")
     out["reward"] = trajectory_reward(
         row["stop_reason"], row["infra_error"], out["reward_outcome"], row["reward_format"],
         row["n_trainable_tokens"], row["reward_t_max"], row["reward_lambda_fmt"],
         row["reward_alpha"])
     return out
+
+
+def apply_verdicts(rows: Iterable[Mapping[str, Any]], verdicts: Iterable[Mapping[str, Any]],
+                   *, where: str = "verdicts") -> list[dict[str, Any]]:
+    """Every rollout row, each one that `needs_verdict` scored by the verdict whose
+    candidate_id is its trajectory_id. The join is exact: a rollout that needs a verdict and
+    has none, a verdict for a rollout whose outcome is already decided, and a `rollout:`
+    verdict for a trajectory not in `rows` are ArtifactErrors naming `where` (the files do
+    not belong together). Every scored row must still pass `rebuild_check`."""
+    rows = list(rows)
+    by_id = {v["candidate_id"]: v for v in verdicts}
+    known = {r["trajectory_id"] for r in rows}
+    orphans = sorted(cid for cid, v in by_id.items()
+                     if str(v.get("origin", "")).startswith("rollout:") and cid not in known)
+    if orphans:
+        raise ArtifactError(f"{where}: {len(orphans)} rollout verdict(s) for trajectories "
+                            f"the trajectories file lacks, e.g. {orphans[0]!r}")
+    out, missing = [], []
+    for row in rows:
+        verdict = by_id.get(row["trajectory_id"])
+        if verdict is None:
+            if needs_verdict(row):
+                missing.append(row["trajectory_id"])
+            out.append(dict(row))
+            continue
+        if not needs_verdict(row):
+            raise ArtifactError(f"{where}: a verdict for trajectory {row['trajectory_id']!r}, "
+                                f"whose outcome was decided at rollout time (stop_reason "
+                                f"{row['stop_reason']}, patch_ok {row['patch_ok']})")
+        scored = apply_verdict(row, verdict)
+        problems = rebuild_check(scored)
+        if problems:
+            raise ArtifactError(f"{where}: trajectory {row['trajectory_id']!r} does not "
+                                f"rebuild once scored: {'; '.join(problems[:3])}")
+        out.append(scored)
+    if missing:
+        raise ArtifactError(f"{where}: no verdict for {len(missing)} submitted rollout(s), "
+                            f"e.g. {missing[0]!r}")
+    return out
+
+
+def outcome_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the verdicts made of the rollouts: success rate over the judged rollouts only
+    (infra errors, rollout-time or verifier, and unverified rows are counted apart)."""
+    rows = list(rows)
+    infra = [r for r in rows if r["infra_error"] or r["verdict_reason"] == "infra_error"]
+    judged = [r for r in rows if r["reward_outcome"] is not None]
+    rewards = [r["reward"] for r in judged if r["reward"] is not None]
+    reasons: dict[str, int] = {}
+    for r in rows:
+        key = r["verdict_reason"] or (f"not_submitted:{r['stop_reason']}"
+                                      if r["stop_reason"] != "submitted" else "unverified")
+        reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "rollouts": len(rows),
+        "judged": len(judged),
+        "infra_errors": len(infra),
+        "unverified": sum(1 for r in rows if needs_verdict(r) and r["verdict_reason"] is None),
+        "success_rate": (sum(r["reward_outcome"] for r in judged) / len(judged)
+                         if judged else 0.0),
+        "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "outcome_reasons": dict(sorted(reasons.items())),
+    }
 
 
 def deterministic_view(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -215,6 +313,7 @@ def rebuild_check(row: dict[str, Any]) -> list[str]:
                         f"{expected_stop!r}")
     problems += _check_flags(row)
     problems += _check_reward(row, turns)
+    problems += _check_verdict(row)
     return problems
 
 
@@ -327,4 +426,26 @@ def _check_reward(row, turns) -> list[str]:
     if (expected is None) != (stored is None) or (
             expected is not None and abs(expected - stored) > REWARD_TOL):
         out.append(f"reward {stored} != recomputed {expected}")
+    return out
+
+
+def _check_verdict(row) -> list[str]:
+    """`verdict_reason` agrees with the outcome it explains (module docstring)."""
+    reason, outcome = row["verdict_reason"], row["reward_outcome"]
+    if reason is None:
+        if needs_verdict(row) and outcome is not None:
+            return [f"reward_outcome {outcome} without a verdict_reason"]
+        return []
+    out = []
+    if reason not in schemas.VERDICT_REASONS:
+        out.append(f"verdict_reason {reason!r} is not a verdict reason")
+    if row["stop_reason"] != "submitted" or row["infra_error"]:
+        out.append(f"verdict_reason {reason!r} on a rollout that did not submit")
+    elif not row["patch_ok"] and reason != "patch_rejected":
+        out.append(f"verdict_reason {reason!r} but the patch policy refused the diff")
+    want = None if reason == "infra_error" else float(reason == "none")
+    if outcome != want:
+        out.append(f"reward_outcome {outcome} but verdict_reason {reason!r} implies {want}")
+    if row["verifier_version"] is None:
+        out.append(f"verdict_reason {reason!r} without a verifier_version")
     return out

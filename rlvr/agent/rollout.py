@@ -33,8 +33,8 @@ from typing import Any, Callable, Literal
 
 from rlvr.agent.collector import Collector, GroupResult, group_id_for
 from rlvr.agent.episode import Budgets, EpisodeConfig, env_version
-from rlvr.agent.passport import (passport_row, read_trajectories, rebuild_check,
-                                 write_trajectories)
+from rlvr.agent.passport import (needs_verdict, passport_row, read_trajectories,
+                                 rebuild_check, write_trajectories)
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
@@ -211,7 +211,7 @@ def patch_rows(rows: list[dict]) -> list[dict]:
     policy passed (the others' outcomes are already decided)."""
     return [{"task_id": r["task_id"], "candidate_id": r["trajectory_id"],
              "origin": f"rollout:{r['trajectory_id']}", "patch": r["patch"]}
-            for r in rows if r["stop_reason"] == "submitted" and r["patch_ok"]]
+            for r in rows if needs_verdict(r)]
 
 
 def summarize(rows: list[dict]) -> dict[str, Any]:

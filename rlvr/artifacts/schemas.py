@@ -194,6 +194,7 @@ TRAJECTORIES = pa.schema(
         ("reward_outcome", pa.float64()),          # null until known (verify fills it)
         ("reward", pa.float64()),                  # null until reward_outcome is known
         ("verifier_version", pa.string()),         # null until verified
+        ("verdict_reason", pa.string()),           # VERDICT_REASONS; null: no verdict (see passport)
         ("patch", pa.string()),                    # extract_patch of the final workspace
         ("patch_ok", pa.bool_()),
         ("patch_reason", pa.string()),
@@ -215,6 +216,7 @@ register("trajectories", [
     in_set("stop_reason", STOP_REASONS),
     in_set("truncation_source", TRUNCATION_SOURCES),
     in_set("logprobs_kind", LOGPROB_KINDS),
+    in_set("verdict_reason", VERDICT_REASONS),  # nulls pass: not verified / nothing submitted
     between("n_trainable_tokens", 0, None),
     between("reward_format", 0.0, 1.0),
 ])
