@@ -180,6 +180,17 @@ def test_a_later_sampling_round_neither_replays_nor_collides(tmp_path, tasks_fil
         lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=-1)
 
 
+def test_roll_out_in_process_with_a_live_engine_and_sandbox(tmp_path, tasks_file,
+                                                          bwrap_sandbox):
+    """What a training loop does: its own engine and sandbox, no checkpoint directory."""
+    params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
+    tasks = select_tasks([tasks_file], params.split, 0, params.seed)[:2]
+    engine = lib.open_engine(params)
+    live = lib.roll_out(tasks, params, sandbox, None, engine=engine, sandbox=bwrap_sandbox)
+    assert same(live, lib.roll_out(tasks, params, sandbox, tmp_path / "parts"))
+    assert {r["engine"] for r in live} == {engine.name}
+
+
 def test_max_tasks_is_a_seeded_sample(tasks_file):
     a = select_tasks([tasks_file], "train", 2, seed=1)
     assert len(a) == 2 and a == select_tasks([tasks_file], "train", 2, seed=1)
