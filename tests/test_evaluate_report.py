@@ -65,7 +65,8 @@ def _passport(task: str, i: int, outcome, *, infra=False, family="fam", invalid=
     return {"trajectory_id": f"{task}@s0#{i}", "task_id": task, "family": family,
             "sample_index": i, "reset_seed": seed_base + i, "stop_reason":
             "infra_error" if infra else "submitted", "infra_error": infra,
-            "reward_outcome": outcome, "n_turns": turns, "n_invalid_actions": invalid,
+            "reward_outcome": outcome, "verdict_reason": None if outcome is None else
+            ("none" if outcome == 1.0 else "tests_failed"), "n_turns": turns, "n_invalid_actions": invalid,
             "n_trainable_tokens": 50, "n_tokens": 400, "wall_seconds": seconds,
             "policy_version": version, "policy_step": 0}
 
@@ -86,6 +87,16 @@ def test_infra_errors_have_no_outcome_and_never_count_as_failures():
     row = dict(_passport("b", 0, None), verdict_reason="infra_error")
     (r,) = eval_rows([row], "ckpt", {"b": "train"})
     assert r["success"] is None and r["infra_error"]
+
+
+def test_an_episode_that_never_submitted_is_a_failure_decided_at_rollout_time():
+    row = dict(_passport("a", 0, 0.0), stop_reason="max_turns", verdict_reason=None)
+    (r,) = eval_rows([row], "ckpt", {"a": "train"})
+    assert (r["success"], r["infra_error"], r["verdict_reason"]) == (False, False,
+                                                                     "not_submitted")
+    # A submitted episode with an outcome but no verdict reason never went through a verdict.
+    with pytest.raises(UnscoredPassport, match="no verdict_reason"):
+        eval_rows([dict(_passport("a", 0, 0.0), verdict_reason=None)], "ckpt", {"a": "train"})
 
 
 def test_a_passport_that_was_never_verified_is_refused():

@@ -238,7 +238,7 @@ EVAL = pa.schema(
         ("seed", pa.int64()),              # the episode's sample (reset) seed: same for every checkpoint
         ("success", pa.bool_()),           # verified success; null = infra error
         ("infra_error", pa.bool_()),
-        ("verdict_reason", pa.string()),   # VERDICT_REASONS, or "not_submitted" / "patch_rejected"
+        ("verdict_reason", pa.string()),   # VERDICT_REASONS, or "not_submitted" (no verdict needed)
         ("stop_reason", pa.string()),
         ("n_turns", pa.int32()),
         ("n_invalid_actions", pa.int32()),

@@ -59,8 +59,13 @@ def eval_rows(passports: Iterable[Mapping[str, Any]], checkpoint: str,
     for r in passports:
         success = _outcome(r)
         reason = r.get("verdict_reason")
-        if reason is None:
-            reason = "infra_error" if success is None else ("none" if success else "failed")
+        if success is None:
+            reason = "infra_error"  # rollout-time or verifier: never a task failure
+        elif reason is None:  # decided at rollout time: it never submitted a diff
+            if r["stop_reason"] == "submitted":
+                raise UnscoredPassport(f"trajectory {r['trajectory_id']}: submitted, with an "
+                                       "outcome but no verdict_reason")
+            reason = "not_submitted"
         out.append({
             "checkpoint": checkpoint, "run": run, "tier": tiers[r["task_id"]],
             "family": r["family"], "task_id": r["task_id"], "sample_index": r["sample_index"],
