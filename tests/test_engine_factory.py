@@ -57,10 +57,11 @@ def test_openai(tmp_path):
 def test_scripted(tmp_path):
     from rlvr.teachers.scripted import ScriptedTeacher
 
-    eng = build_engine("scripted", tmp_path, teacher={"noise": 0.25}, max_turns=7)
+    eng = build_engine("scripted", tmp_path, teacher={"noise": 0.25, "hints": True},
+                       max_turns=7)
     assert isinstance(eng, ScriptedTeacher)
-    assert (eng.noise, eng.max_turns) == (0.25, 7)
-    assert eng.policy_version.endswith("noise0.25")
+    assert (eng.noise, eng.max_turns, eng.hints) == (0.25, 7, True)
+    assert "noise0.25" in eng.policy_version
     with pytest.raises(ConfigError, match="the scripted teacher takes none"):
         build_engine("scripted", tmp_path, options={"temperature": 1.0})
 
