@@ -53,7 +53,6 @@ class TeacherParams:
     """`rollout.teacher`: the scripted teacher's constructor arguments (`build_engine`)."""
 
     noise: float = 0.2  # share of scripted-teacher episodes that submit a wrong/partial fix
-    hints: bool = False  # localise with the synthesis provenance (never for SFT data)
     # rank guesses by the synthesis provenance (file/function/operator/line) too: a student
     # never sees it, so SFT demonstrations are made without it (recorded in policy_version)
     hints: bool = False
