@@ -244,7 +244,8 @@ def main() -> int:
         try:
             rows = compare(vllm, TorchEngine(policy, policy_version="v0"), prompts,
                            args.group_size, args.max_new_tokens, args.seed, "init")
-            summary["policy_update_seconds"] = round(vllm.load_policy(sharp, "v1"), 1)
+            vllm.sync_weights(sharp, "v1", 1)
+            summary["policy_update_seconds"] = round(vllm.last_sync_seconds, 1)
             summary["policy_update_mode"] = params.server.update
             print(f"policy v1 (sharpened x{args.sharpen:g}) served after "
                   f"{summary['policy_update_seconds']} s ({params.server.update})", flush=True)
@@ -253,7 +254,8 @@ def main() -> int:
                             DECODINGS[:2])
             if args.rollout_tasks > 0:
                 small = build_policy(work / "policy_small", args.seed, small=True)
-                summary["rollout_policy_update_seconds"] = round(vllm.load_policy(small, "v2-small"), 1)
+                vllm.sync_weights(small, "v2-small", 2)
+                summary["rollout_policy_update_seconds"] = round(vllm.last_sync_seconds, 1)
                 summary["rollout"] = rollout(vllm, TorchEngine(small), small, tasks,
                                              args.rollout_tasks, args.rollout_group_size, args.seed)
         finally:

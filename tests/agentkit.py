@@ -196,11 +196,12 @@ class ReplayEngine:
     name = "replay"
 
     def __init__(self, codec, actions: Sequence[str], *, end_turn: bool = True,
-                 policy_version: str = "replay-1"):
+                 policy_version: str = "replay-1", policy_step: int = 0):
         self.codec = codec
         self.actions = list(actions)
         self.end_turn = end_turn
         self.policy_version = policy_version
+        self.policy_step = policy_step
         self.calls = 0
         self.returned: list[list[int]] = []
 
@@ -209,7 +210,8 @@ class ReplayEngine:
         ids = self.codec.encode_action(text)
         return ids + [self.codec.im_end] if self.end_turn else ids
 
-    def generate(self, prompts, params: SamplingParams, *, seed: int) -> list[Sample]:
+    def generate(self, prompts, params: SamplingParams, *, seed: int,
+                 sample_seeds=None) -> list[Sample]:
         out = []
         for prompt in prompts:
             turns_so_far = (sum(1 for t in prompt if t == self.codec.im_start) - 3) // 2
@@ -222,6 +224,13 @@ class ReplayEngine:
 
     def score(self, prompt, completion, params) -> list[float]:
         return [-0.25] * len(completion)
+
+    def sync_weights(self, source, policy_version: str, policy_step: int) -> None:
+        """Replayed actions have no weights; the stamps still move (as a real engine's)."""
+        self.policy_version, self.policy_step = policy_version, policy_step
+
+    def close(self) -> None:
+        pass
 
 
 def is_nan(x: float) -> bool:

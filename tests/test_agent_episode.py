@@ -45,9 +45,16 @@ class Recording:
     def __init__(self, inner):
         self.inner = inner
         self.name = inner.name
-        self.policy_version = inner.policy_version
         self.calls: list[tuple[list[list[int]], list]] = []
         self.stats: list[dict] = []
+
+    @property
+    def policy_version(self) -> str:
+        return self.inner.policy_version
+
+    @property
+    def policy_step(self) -> int:
+        return self.inner.policy_step
 
     def generate(self, prompts, params, *, seed, sample_seeds=None):
         samples = self.inner.generate(prompts, params, seed=seed, sample_seeds=sample_seeds)
@@ -57,6 +64,12 @@ class Recording:
 
     def score(self, prompt, completion, params):
         return self.inner.score(prompt, completion, params)
+
+    def sync_weights(self, source, policy_version, policy_step):
+        self.inner.sync_weights(source, policy_version, policy_step)
+
+    def close(self):
+        self.inner.close()
 
 
 def config(codec, sandbox=None, *, decoding=Decoding(), repetition=RepetitionParams(),
@@ -201,7 +214,7 @@ def test_a_diff_the_patch_policy_refuses_records_the_policy_version(codec):
     ep = Episode(spec, cfg, engine_name="replay")
     ep.start()
     (ep.workspace.repo / "setup.cfg").write_text("[tool:pytest]\naddopts = -p no:randomly\n")
-    step_token(ReplayEngine(codec, [SUBMIT]), [ep], cfg, call_seed=0)
+    step_token(ReplayEngine(codec, [SUBMIT]), [ep], cfg)
     ep.finish()
     row = passport_row(ep)
     assert row["stop_reason"] == "submitted" and not row["patch_ok"]
@@ -209,6 +222,26 @@ def test_a_diff_the_patch_policy_refuses_records_the_policy_version(codec):
     assert row["verifier_version"] == PATCH_POLICY_VERSION
     assert row["verdict_reason"] == "patch_rejected"
     assert row["reward_outcome"] == 0.0 and rebuild_check(row) == []
+
+
+def test_policy_step_is_the_engines_at_the_first_turn(codec):
+    """Weights may change mid-episode (a trainer syncs between calls): the row's ordinal and
+    version are the first turn's, each turn keeps its own version."""
+
+    class SyncsAfterEachCall(ReplayEngine):
+        def generate(self, prompts, params, *, seed, sample_seeds=None):
+            out = super().generate(prompts, params, seed=seed, sample_seeds=sample_seeds)
+            self.sync_weights({}, f"w{self.policy_step + 1}", self.policy_step + 1)
+            return out
+
+    row = one(SyncsAfterEachCall(codec, [VIEW, SUBMIT], policy_version="w3", policy_step=3),
+              config(codec))
+    assert (row["policy_version"], row["policy_step"]) == ("w3", 3)
+    assert row["turn_policy_versions"] == ["w3", "w4"]
+    for bad in (-1, None):
+        assert any("policy_step" in p for p in rebuild_check({**row, "policy_step": bad}))
+    teacher_like = {**row, "logprobs_kind": "none", "policy_step": 2}
+    assert any("a teacher's rollout" in p for p in rebuild_check(teacher_like))
 
 
 def test_max_turns(codec):

@@ -56,7 +56,7 @@ def refused(cfg):
     ep = Episode(spec, cfg, engine_name="replay")
     ep.start()
     (ep.workspace.repo / "setup.cfg").write_text("[tool:pytest]\naddopts = -p no:randomly\n")
-    step_token(ReplayEngine(cfg.codec, [SUBMIT]), [ep], cfg, call_seed=0)
+    step_token(ReplayEngine(cfg.codec, [SUBMIT]), [ep], cfg)
     ep.finish()
     return passport_row(ep)
 

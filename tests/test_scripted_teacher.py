@@ -124,6 +124,7 @@ def test_default_teacher_reasons_only_from_what_it_observed(codec, bwrap_sandbox
     rows = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
     for row in rows:
         assert row["policy_version"].endswith("-hints0")
+        assert row["policy_step"] == 0  # a teacher is no trained policy
         seen = ""
         for turn in row["turns"]:
             for path, line in re.findall(r"([\w/]+\.py)(?::| line )(\d+)", turn["action_text"]):

@@ -258,18 +258,59 @@ def test_bad_inputs_get_named_errors(engine):
     assert empty[0].token_ids == [] and empty[0].finish_reason == "length"
 
 
-def test_policy_version_and_weight_updates(policy_dir):
+def test_sync_weights_changes_the_samples_and_stamps_version_and_step(policy_dir):
     eng = TorchEngine(policy_dir, policy_version="v-params")
-    assert eng.policy_version == "v-params"
+    assert (eng.policy_version, eng.policy_step) == ("v-params", 0)
     state = {k: v.clone() for k, v in eng.model.state_dict().items()}
     prompt = [[1, 5, 9, 12]]
     before = eng.generate(prompt, NUCLEUS, seed=0)[0]
     state["model.norm.weight"] = state["model.norm.weight"] * 3
-    eng.update_weights(state, "v2")
-    assert eng.policy_version == "v2"
+    eng.sync_weights(state, "v2", 1)
+    assert (eng.policy_version, eng.policy_step) == ("v2", 1)
     after = eng.generate(prompt, NUCLEUS, seed=0)[0]
     assert after.logprobs != before.logprobs
-    assert _max_gap(eng, prompt, [after], NUCLEUS) < TOL
+    assert _max_gap(eng, prompt, [after], NUCLEUS) < TOL  # still the distribution it samples
+    state["model.norm.weight"] += 1.0  # the engine copied the weights: the trainer's are its own
+    assert eng.generate(prompt, NUCLEUS, seed=0)[0].logprobs == after.logprobs
+    # a policy directory is a source too: back to the initial weights, same seeded sample
+    eng.sync_weights(policy_dir, "v-params", 2)
+    again = eng.generate(prompt, NUCLEUS, seed=0)[0]
+    assert (again.token_ids, again.logprobs) == (before.token_ids, before.logprobs)
+    assert eng.policy_step == 2
+    with pytest.raises(ValueError, match="policy_step must be an int >= 0"):
+        eng.sync_weights(state, "v3", -1)
+    assert (eng.policy_version, eng.policy_step) == ("v-params", 2)
+
+
+def test_torch_and_vllm_engines_are_token_engines_and_no_teacher_is(policy_dir):
+    from rlvr.engines.base import Teacher, TextEngine
+    from rlvr.engines.vllm_engine import VllmEngine
+    from rlvr.teachers.openai import OpenAIEngine, OpenAITeacherParams
+    from rlvr.teachers.scripted import ScriptedTeacher
+
+    torch_engine = TorchEngine(policy_dir)
+    vllm_engine = VllmEngine("http://127.0.0.1:9", policy_version="v0")  # nothing is sent
+    openai = OpenAIEngine(OpenAITeacherParams(model="m", api_key_env=""))
+    scripted = ScriptedTeacher()
+    try:
+        for eng in (torch_engine, vllm_engine):
+            assert isinstance(eng, TokenEngine) and not isinstance(eng, Teacher)
+            assert eng.policy_step == 0
+        for teacher in (openai, scripted):
+            assert isinstance(teacher, Teacher) and not isinstance(teacher, TokenEngine)
+        bound = scripted.for_task(_teacher_task())
+        assert isinstance(bound, TextEngine) and not isinstance(bound, TokenEngine)
+        assert openai.for_task(_teacher_task()) is openai
+    finally:
+        for closable in (torch_engine, vllm_engine, openai, scripted):
+            closable.close()
+
+
+def _teacher_task():
+    from agentkit import count_task
+    from rlvr.agent.episode import teacher_view
+
+    return teacher_view(count_task())
 
 
 def test_factory_builds_engines_by_name(policy_dir):

@@ -443,8 +443,9 @@ def test_policy_update_by_restart(tmp_path, fake_venv):
     eng = VllmEngine.launch(a, VllmEngineParams(server=server_params(tmp_path, fake_venv)),
                             policy_version="v0")
     try:
-        eng.load_policy(b, "v1")
-        assert eng.policy_version == "v1" and eng.base_url == eng.server.base_url
+        eng.sync_weights(b, "v1", 1)
+        assert (eng.policy_version, eng.policy_step) == ("v1", 1)
+        assert eng.base_url == eng.server.base_url and eng.last_sync_seconds > 0
         assert eng.server.served_models()[0]["root"] == str(b.resolve())
     finally:
         eng.close()
@@ -458,9 +459,9 @@ def test_policy_update_by_inplace_reload(tmp_path, fake_venv):
                                                                      update="reload")))
     try:
         with pytest.raises(VllmModelUnsupported, match="tie_word_embeddings"):
-            eng.load_policy(model_dir(tmp_path / "tied", tied=True), "bad")
-        assert eng.policy_version == "0"
-        eng.load_policy(b, "v1")
+            eng.sync_weights(model_dir(tmp_path / "tied", tied=True), "bad", 1)
+        assert (eng.policy_version, eng.policy_step) == ("0", 0)  # unchanged on failure
+        eng.sync_weights(b, "v1", 1)
         calls = httpx.get(f"{eng.base_url}/calls").json()
         assert [c[0] for c in calls] == ["/pause?mode=wait", "/collective_rpc",
                                          "/reset_prefix_cache", "/update_weight_version", "/resume"]
@@ -476,12 +477,12 @@ def test_policy_update_by_lora_adapter(tmp_path, fake_venv):
                                                                      update="lora")))
     try:
         with pytest.raises(VllmUpdateError, match="adapter_config.json"):
-            eng.load_policy(tmp_path / "a", "v1")
-        for v in ("v1", "v2"):
+            eng.sync_weights(tmp_path / "a", "v1", 1)
+        for step, v in enumerate(("v1", "v2"), start=1):
             (tmp_path / v).mkdir()
             (tmp_path / v / "adapter_config.json").write_text("{}")
-            eng.load_policy(tmp_path / v, v)
-        assert eng.model == "v2" and eng.policy_version == "v2"
+            eng.sync_weights(tmp_path / v, v, step)
+        assert (eng.model, eng.policy_version, eng.policy_step) == ("v2", "v2", 2)
         import httpx
         calls = [c[0] for c in httpx.get(f"{eng.base_url}/calls").json()]
         assert calls == ["/v1/load_lora_adapter", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
@@ -491,7 +492,14 @@ def test_policy_update_by_lora_adapter(tmp_path, fake_venv):
 
 def test_an_attached_engine_cannot_update_the_server(stub):
     with pytest.raises(VllmUpdateError, match="external server"):
-        client(stub()).load_policy("/x", "v1")
+        client(stub()).sync_weights("/x", "v1", 1)
+
+
+def test_a_state_dict_cannot_cross_into_the_server(stub):
+    eng = client(stub())
+    with pytest.raises(VllmUpdateError, match="policy directory, not a state dict"):
+        eng.sync_weights({"lm_head.weight": [0.0]}, "v1", 1)
+    assert (eng.policy_version, eng.policy_step) == ("v7", 0)
 
 
 # ---- against a real vLLM server (make test-vllm) --------------------------------------------
@@ -561,7 +569,7 @@ def test_real_score_matches_torch(real):
 @needs_vllm
 def test_real_restart_on_a_new_policy_dir(real):
     eng, _, torch1, p1 = real
-    eng.load_policy(p1, "v1")
+    eng.sync_weights(p1, "v1", 1)
     params = SamplingParams(temperature=1.0, max_new_tokens=32)
     out = eng.generate([[1, 40, 41]] * 2, params, seed=0)
     assert all(s.extras["policy_version"] == "v1" for s in out)
@@ -598,7 +606,7 @@ def test_real_lora_hot_load(real, tmp_path):
                                                       log_dir=str(tmp_path / "logs")))
     eng = VllmEngine.launch(base, params, policy_version="v0", repo_root=ROOT)
     try:
-        eng.load_policy(tmp_path / "adapter", "v1-lora")
+        eng.sync_weights(tmp_path / "adapter", "v1-lora", 1)
         sp = SamplingParams(temperature=1.0, max_new_tokens=32)
         out = eng.generate([[1, 50, 51]] * 2, sp, seed=0)
         scored = TorchEngine(tmp_path / "merged").score_batch([[1, 50, 51]] * 2,

@@ -1,6 +1,9 @@
 """Many episodes against one engine: groups of G rollouts per task, batched generation,
 tools in a thread pool (SPEC §3 group sampling).
 
+The engine is a `TokenEngine` (the policy) or a `Teacher` (engines/base.py protocols, told
+apart by `isinstance`, never by probing for methods).
+
 Token engines (the policy). Groups are processed in *waves* of `groups_per_wave`; inside a
 wave the groups alternate between two cohorts. Each scheduler tick serves one cohort:
 
@@ -11,8 +14,9 @@ wave the groups alternate between two cohorts. Each scheduler tick serves one co
 so while the sandbox runs one cohort's tests the engine generates for the other, and the
 G first-turn prompts of a group (identical, same cohort) share one prefill. Which episodes
 enter which `generate` call is a pure function of the episodes' own logical states — never of
-thread timing — and each call's seed is derived from (run seed, wave, tick): the same tasks,
-params and seed give the same rollouts. A wave is also the unit of resumption for token
+thread timing — and turn t of an episode samples from its own stream, seeded
+derive_seed(reset seed, "turn", t), whatever else shares the batch: the same tasks, params
+and seed give the same rollouts. A wave is also the unit of resumption for token
 engines (its batches mix its groups), so a resumed run replays a partly finished wave whole
 and keeps only the groups not yet on disk — identical to an uninterrupted run.
 
@@ -27,7 +31,6 @@ neither replays nor collides with round 0; round 0 keeps the ids and seeds above
 """
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from rlvr.agent.episode import Episode, EpisodeConfig, EpisodeSpec, bind_teacher
-from rlvr.engines.base import SamplingParams
+from rlvr.engines.base import SamplingParams, Teacher, TextEngine, TokenEngine
 from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 
@@ -73,25 +76,11 @@ def episode_specs(task: Task, group_size: int, seed: int,
             for i in range(group_size)]
 
 
-def is_token_engine(engine) -> bool:
-    return hasattr(engine, "generate") and hasattr(engine, "score")
-
-
 # ---- one generation step ---------------------------------------------------------------------
-def supports_sample_seeds(engine) -> bool:
-    """Whether `engine.generate` takes per-prompt `sample_seeds` (an episode's turn then
-    draws from its own random stream, whatever else shares the batch)."""
-    try:
-        return "sample_seeds" in inspect.signature(engine.generate).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def step_token(engine, episodes: Sequence[Episode], config: EpisodeConfig, *,
-               call_seed: int) -> float:
-    """One batched `generate` for every episode that may still generate. With per-prompt
-    seeds, turn t of an episode samples with seed derive_seed(reset_seed, "turn", t);
-    otherwise every sample of the call shares `call_seed` (its position keys its stream)."""
+def step_token(engine: TokenEngine, episodes: Sequence[Episode], config: EpisodeConfig) -> float:
+    """One batched `generate` for every episode that may still generate; turn t of an
+    episode samples with the per-prompt seed derive_seed(reset_seed, "turn", t). The turn
+    records the engine's `policy_version` and `policy_step` at sampling time."""
     limits = [ep.check_budget() for ep in episodes]
     live = [(ep, n) for ep, n in zip(episodes, limits) if n > 0]
     if not live:
@@ -99,25 +88,21 @@ def step_token(engine, episodes: Sequence[Episode], config: EpisodeConfig, *,
     params = SamplingParams.of(config.decoding, max_new_tokens=max(n for _, n in live),
                                stop_token_ids=config.codec.stop_ids)
     prompts = [ep.transcript.token_ids for ep, _ in live]
+    seeds = [derive_seed(ep.spec.reset_seed, "turn", len(ep.turns)) for ep, _ in live]
+    version, step = engine.policy_version, engine.policy_step
     started = time.perf_counter()
-    if supports_sample_seeds(engine):
-        seeds = [derive_seed(ep.spec.reset_seed, "turn", len(ep.turns)) for ep, _ in live]
-        samples = engine.generate(prompts, params, seed=config.run_seed, sample_seeds=seeds)
-    else:
-        seeds = [call_seed] * len(live)
-        samples = engine.generate(prompts, params, seed=call_seed)
+    samples = engine.generate(prompts, params, seed=config.run_seed, sample_seeds=seeds)
     elapsed = time.perf_counter() - started
     if len(samples) != len(live):
         raise RuntimeError(f"engine {engine.name} returned {len(samples)} samples for "
                            f"{len(live)} prompts")
     for (ep, n), sample, s in zip(live, samples, seeds):
-        ep.accept_sample(sample.token_ids, sample.logprobs, limit=n,
-                         policy_version=engine.policy_version, sample_seed=s,
-                         gen_seconds=elapsed)
+        ep.accept_sample(sample.token_ids, sample.logprobs, limit=n, policy_version=version,
+                         policy_step=step, sample_seed=s, gen_seconds=elapsed)
     return elapsed
 
 
-def step_text(teacher, episode: Episode, config: EpisodeConfig) -> float:
+def step_text(teacher: TextEngine, episode: Episode, config: EpisodeConfig) -> float:
     """One teacher turn. A failing teacher (network, server) is an infrastructure error."""
     n = episode.check_budget()
     if n <= 0:
@@ -138,10 +123,14 @@ def step_text(teacher, episode: Episode, config: EpisodeConfig) -> float:
 
 # ---- the collector ---------------------------------------------------------------------------
 class Collector:
-    def __init__(self, engine, config: EpisodeConfig, *, group_size: int, workers: int = 2,
-                 groups_per_wave: int = 8, sampling_round: int = 0):
+    def __init__(self, engine: TokenEngine | Teacher, config: EpisodeConfig, *, group_size: int,
+                 workers: int = 2, groups_per_wave: int = 8, sampling_round: int = 0):
         if group_size < 1 or workers < 1 or groups_per_wave < 1:
             raise ValueError("group_size, workers and groups_per_wave must be >= 1")
+        self.token = isinstance(engine, TokenEngine)
+        if not self.token and not isinstance(engine, Teacher):
+            raise TypeError(f"{type(engine).__name__} is neither a TokenEngine nor a Teacher "
+                            "(rlvr/engines/base.py)")
         round_parts(sampling_round)  # validates it
         self.sampling_round = sampling_round
         self.engine = engine
@@ -149,7 +138,7 @@ class Collector:
         self.group_size = group_size
         self.workers = workers
         self.groups_per_wave = groups_per_wave
-        self.engine_name = getattr(engine, "name", type(engine).__name__)
+        self.engine_name = engine.name
         # what this run spent (a resumed run counts only its own part)
         self.stats = {"generate_calls": 0, "generate_seconds": 0.0, "generate_prompts": 0,
                       "wall_seconds": 0.0}
@@ -157,7 +146,7 @@ class Collector:
 
     def units(self, tasks: Sequence[Task]) -> list[list[int]]:
         """Resumption units as lists of group indices: waves (token) or groups (text)."""
-        size = self.groups_per_wave if is_token_engine(self.engine) else 1
+        size = self.groups_per_wave if self.token else 1
         return [list(range(i, min(i + size, len(tasks)))) for i in range(0, len(tasks), size)]
 
     def run(self, tasks: Sequence[Task], *, done: Iterable[str] = (),
@@ -184,11 +173,11 @@ class Collector:
                              not in done for i in u)]
         with ThreadPoolExecutor(max_workers=self.workers,
                                 thread_name_prefix="rlvr-tools") as pool:
-            if is_token_engine(self.engine):
-                for wave_index, unit in enumerate(self.units(tasks)):
+            if self.token:
+                for unit in self.units(tasks):
                     if unit not in todo_units:
                         continue
-                    for result in self._run_wave(pool, tasks, unit, wave_index):
+                    for result in self._run_wave(pool, tasks, unit):
                         if result.group_id not in done:
                             on_group(result)
             else:
@@ -230,8 +219,8 @@ class Collector:
             raise
 
     # ---- token engines ---------------------------------------------------------------------
-    def _run_wave(self, pool: ThreadPoolExecutor, tasks: Sequence[Task], unit: list[int],
-                  wave_index: int) -> list[GroupResult]:
+    def _run_wave(self, pool: ThreadPoolExecutor, tasks: Sequence[Task],
+                  unit: list[int]) -> list[GroupResult]:
         groups: list[tuple[int, list[Episode]]] = []
         for i in unit:
             specs = episode_specs(tasks[i], self.group_size, self.cfg.run_seed,
@@ -254,11 +243,7 @@ class Collector:
                         fut.result()
                 waiting = [ep for ep in cohort if ep.state == "generate"]
                 if waiting:
-                    self._count(step_token(self.engine, waiting, self.cfg,
-                                           call_seed=derive_seed(
-                                               self.cfg.run_seed, "wave", wave_index, "tick",
-                                               tick, *round_parts(self.sampling_round))),
-                                len(waiting))
+                    self._count(step_token(self.engine, waiting, self.cfg), len(waiting))
                 for ep in cohort:
                     if ep.state == "tool":
                         tools[id(ep)] = pool.submit(ep.run_tool)

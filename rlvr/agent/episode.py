@@ -36,9 +36,8 @@ from rlvr.rl.reward import RewardParams
 from rlvr.agent.tools import ParsedAction, ToolCall, parse_action, tools_fingerprint
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace
-from rlvr.engines.base import Decoding
+from rlvr.engines.base import Decoding, Teacher, TextEngine, TokenEngine
 from rlvr.sandbox.base import Limits, Sandbox
-from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 from rlvr.tasks.patches import extract_patch
 
@@ -100,6 +99,7 @@ class EpisodeConfig:
 class TurnRecord:
     turn: int
     policy_version: str
+    policy_step: int  # the acting engine's ordinal at sampling time (teachers: 0)
     sample_seed: int
     action_text: str
     action_valid: bool
@@ -215,7 +215,7 @@ class Episode:
 
     # ---- actions -------------------------------------------------------------------------
     def accept_sample(self, token_ids: Sequence[int], logprobs: Sequence[float], *,
-                      limit: int, policy_version: str, sample_seed: int,
+                      limit: int, policy_version: str, policy_step: int, sample_seed: int,
                       gen_seconds: float = 0.0) -> None:
         """A TokenEngine's sample for this turn (cut to `limit` tokens / the first stop)."""
         ids, lps = list(token_ids), list(logprobs)
@@ -226,21 +226,22 @@ class Episode:
             ids, lps = ids[:limit], lps[:limit]
         turn = len(self.turns)
         self.transcript.append_sampled(ids, lps, turn)
-        self._after_action(ids, limit, policy_version, sample_seed, gen_seconds,
+        self._after_action(ids, limit, policy_version, policy_step, sample_seed, gen_seconds,
                            logprob_sum=float(sum(lps)))
 
     def accept_text(self, text: str, *, limit: int, policy_version: str, sample_seed: int,
                     gen_seconds: float = 0.0) -> None:
-        """A TextEngine's action text: tokenized as a segment (+ the end-of-turn token)."""
+        """A TextEngine's action text: tokenized as a segment (+ the end-of-turn token).
+        A teacher is no trained policy: its turns record policy_step 0."""
         ids = [*self.codec.encode_action(text), self.codec.im_end]
         ids = ids[:limit]
         turn = len(self.turns)
         self.transcript.append_teacher(ids, turn)
-        self._after_action(ids, limit, policy_version, sample_seed, gen_seconds,
+        self._after_action(ids, limit, policy_version, 0, sample_seed, gen_seconds,
                            logprob_sum=math.nan)
 
-    def _after_action(self, ids: list[int], limit: int, policy_version: str, sample_seed: int,
-                      gen_seconds: float, logprob_sum: float) -> None:
+    def _after_action(self, ids: list[int], limit: int, policy_version: str, policy_step: int,
+                      sample_seed: int, gen_seconds: float, logprob_sum: float) -> None:
         turn = len(self.turns)
         self.generated += len(ids)
         repeated = self.guard.feed(ids)
@@ -257,7 +258,8 @@ class Episode:
             parsed = parse_action(text)
         call = parsed.call
         record = TurnRecord(
-            turn=turn, policy_version=policy_version, sample_seed=sample_seed, action_text=text,
+            turn=turn, policy_version=policy_version, policy_step=policy_step,
+            sample_seed=sample_seed, action_text=text,
             action_valid=parsed.valid, action_error_kind=parsed.error_kind,
             action_error=parsed.error, tool_name=call.name if call else "",
             tool_args=json.dumps(call.args, sort_keys=True, ensure_ascii=False) if call else "",
@@ -388,18 +390,19 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def run_episode(spec: EpisodeSpec, engine, config: EpisodeConfig) -> Episode:
+def run_episode(spec: EpisodeSpec, engine: TokenEngine | Teacher,
+                config: EpisodeConfig) -> Episode:
     """Drive one episode alone (text teachers; single-episode checks for token engines)."""
     from rlvr.agent.collector import step_text, step_token
 
-    episode = Episode(spec, config, engine_name=getattr(engine, "name", type(engine).__name__))
+    token = isinstance(engine, TokenEngine)
+    episode = Episode(spec, config, engine_name=engine.name)
     episode.start()
-    bound = bind_teacher(engine, spec.task)
+    bound = None if token else bind_teacher(engine, spec.task)
     while not episode.done:
         if episode.state == "generate":
-            if hasattr(engine, "generate"):
-                step_token(engine, [episode], config, call_seed=derive_seed(
-                    spec.reset_seed, "turn", len(episode.turns)))
+            if token:
+                step_token(engine, [episode], config)
             else:
                 step_text(bound, episode, config)
         elif episode.state == "tool":
@@ -408,9 +411,7 @@ def run_episode(spec: EpisodeSpec, engine, config: EpisodeConfig) -> Episode:
     return episode
 
 
-def bind_teacher(engine, task: Task):
-    """A text engine that needs task metadata (the scripted teacher) is bound per episode
-    to `teacher_view(task)`; others are used as they are."""
-    if hasattr(engine, "for_task"):
-        return engine.for_task(teacher_view(task))
-    return engine
+def bind_teacher(teacher: Teacher, task: Task) -> TextEngine:
+    """The teacher bound to one episode of `task`, which it sees as `teacher_view(task)`
+    (the scripted teacher plans from it; a stateless teacher returns itself)."""
+    return teacher.for_task(teacher_view(task))

@@ -70,6 +70,7 @@ def passport_row(ep: Episode) -> dict[str, Any]:
         "initial_state_checksum": ep.initial_checksum,
         "engine": ep.engine_name,
         "policy_version": ep.turns[0].policy_version if ep.turns else "",
+        "policy_step": ep.turns[0].policy_step if ep.turns else 0,
         "turn_policy_versions": [t.policy_version for t in ep.turns],
         "decoding": json.dumps({"temperature": cfg.decoding.temperature,
                                 "top_p": cfg.decoding.top_p, "top_k": cfg.decoding.top_k,
@@ -303,6 +304,11 @@ def rebuild_check(row: dict[str, Any]) -> list[str]:
         problems.append(f"n_turns {row['n_turns']} != {len(turns)} stored turns")
     if len(row["turn_policy_versions"]) != len(turns):
         problems.append("turn_policy_versions does not have one entry per turn")
+    if row["policy_step"] is None or row["policy_step"] < 0:
+        problems.append(f"policy_step {row['policy_step']} is not an ordinal >= 0")
+    elif row["logprobs_kind"] == "none" and row["policy_step"] != 0:
+        problems.append(f"a teacher's rollout (logprobs_kind 'none') has policy_step "
+                        f"{row['policy_step']}, not 0")
     for k, turn in enumerate(turns):
         problems += _check_turn(k, turn, ids, mask, lps, tids,
                                 row["turn_policy_versions"][k:k + 1])

@@ -157,9 +157,8 @@ def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxPa
         return _roll_out(tasks, params, sandbox_params, Path(parts_root), engine, sandbox,
                          codec, sampling_round, on_group_written, stats)
     finally:
-        close = getattr(engine, "close", None) if owned else None
-        if close is not None:
-            close()  # e.g. stop the vLLM server this run launched
+        if owned:
+            engine.close()  # TokenEngine and Teacher both state it: e.g. stop a vLLM server
 
 
 def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,

@@ -162,7 +162,8 @@ TRAJECTORIES = pa.schema(
         ("reset_seed", pa.int64()),
         ("initial_state_checksum", pa.string()),
         ("engine", pa.string()),
-        ("policy_version", pa.string()),           # of the first turn
+        ("policy_version", pa.string()),           # of the first turn (a weights hash)
+        ("policy_step", pa.int64()),               # its ordinal: 0 = initial policy (teachers: 0)
         ("turn_policy_versions", pa.list_(pa.string())),
         ("decoding", pa.string()),                 # JSON: temperature, top_p, top_k, stop ids
         ("decoding_seed", pa.int64()),             # the run seed every sampling seed derives from

@@ -1,12 +1,16 @@
-"""Inference engines behind two small protocols.
+"""Inference engines behind small protocols, used explicitly (`isinstance` on these
+runtime-checkable protocols; nothing probes for optional methods or signatures).
 
 * `TokenEngine` — the *policy* side: token-id prompts in, sampled token ids and their
   behaviour log-probabilities out. RL trains on exactly these ids and logprobs (SPEC §3
   token exactness), so an engine must report the logprob of the distribution it actually
-  sampled from (after temperature / top-k / top-p), at sampling time.
-* `TextEngine` — a *teacher* for demonstrations: chat messages in, text out. Its text is
-  tokenized by the harness as a segment, which is acceptable for SFT (we imitate the
-  text) and never for RL (the ratio needs the policy's own sampled ids).
+  sampled from (after temperature / top-k / top-p), at sampling time. It states which
+  policy it serves (`policy_version`, a weights hash; `policy_step`, an ordinal, 0 for the
+  initial policy), how it moves to new weights (`sync_weights`) and `close`.
+* `Teacher` / `TextEngine` — a *teacher* for demonstrations: bound to one episode's task
+  (`Teacher.for_task`), it answers chat messages with text. Its text is tokenized by the
+  harness as a segment, which is acceptable for SFT (we imitate the text) and never for RL
+  (the ratio needs the policy's own sampled ids). No teacher is a TokenEngine.
 
 Backends: `torch` (CPU default, KV cache, prefix-shared group prefill), `vllm` (client of a
 `vllm serve` process in its own venv), `openai` (any OpenAI-compatible chat endpoint, a
@@ -15,8 +19,9 @@ teacher, in `rlvr.teachers`), `scripted` (a systematic debugging teacher, `rlvr.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 from rlvr.errors import ConfigError
 
@@ -81,10 +86,24 @@ class Sample:
     extras: dict = field(default_factory=dict)
 
 
+# New weights for a TokenEngine: a state dict (parameter name -> tensor, e.g. the in-process
+# trainer's model) or a policy directory (an HF model directory; a PEFT adapter directory for
+# a vLLM server that serves LoRA adapters). Each engine says which it takes.
+WeightSource = Union[Mapping[str, Any], str, os.PathLike]
+
+
+def check_policy_step(step: int) -> int:
+    """`step` if it is a policy ordinal (an int >= 0), else a ValueError naming it."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"policy_step must be an int >= 0 (0 = the initial policy), got {step!r}")
+    return step
+
+
 @runtime_checkable
 class TokenEngine(Protocol):
     name: str
-    policy_version: str
+    policy_version: str  # hash of the weights it samples from; every Sample is drawn from it
+    policy_step: int  # ordinal of those weights: 0 = the initial policy, +1 per training step
 
     def generate(
         self,
@@ -92,9 +111,12 @@ class TokenEngine(Protocol):
         params: SamplingParams,
         *,
         seed: int,
+        sample_seeds: Sequence[int] | None = None,
     ) -> list[Sample]:
         """One sample per prompt, all prompts batched. Identical prompts (the G members of
-        a group) share one prefill. Deterministic for a given `seed`."""
+        a group) share one prefill. Sample i's random stream is keyed by (seed, i), or by
+        (seed, sample_seeds[i]) when given, so it does not depend on the rest of the batch;
+        deterministic for a given `seed`."""
         ...
 
     def score(
@@ -104,10 +126,39 @@ class TokenEngine(Protocol):
         processed distribution `generate` samples from (for checks and the trainer)."""
         ...
 
+    def sync_weights(self, source: WeightSource, policy_version: str, policy_step: int) -> None:
+        """Sample from the weights `source` from now on, stamped `policy_version` and
+        `policy_step`; both change only once the new weights serve. `torch` loads a state
+        dict in place (or a policy directory's weights); `vllm` moves its server to a new
+        policy directory (restart, in-place reload or a LoRA adapter, per its params)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (a server it launched, connections); a no-op for
+        an in-process engine."""
+        ...
+
 
 @runtime_checkable
 class TextEngine(Protocol):
+    """A teacher bound to one episode: chat messages in, the next action's text out."""
+
     name: str
     policy_version: str
 
     def chat(self, messages: Sequence[dict], *, seed: int, max_tokens: int) -> str: ...
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    """What a rollout is given when the actor is a teacher: it binds itself to each
+    episode's task (`for_task` receives the task as `agent.episode.teacher_view` shows it:
+    no hidden tests, no reference) — a stateless teacher returns itself — and is closed at
+    the end of the run."""
+
+    name: str
+    policy_version: str
+
+    def for_task(self, task: Any) -> TextEngine: ...
+
+    def close(self) -> None: ...

@@ -34,13 +34,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
 from rlvr.engines.model_dir import Policy, load_policy
 from rlvr.engines.sampling import check_params, process, sample
 from rlvr.train.logprobs import sequence_logprobs
@@ -74,7 +74,7 @@ class TorchEngine:
 
     def __init__(self, model_dir: Path | str | None = None, *, device: str = "cpu",
                  dtype: str = "float32", policy_version: str | None = None,
-                 share_prefix: bool = True, backend: str = "auto",
+                 policy_step: int = 0, share_prefix: bool = True, backend: str = "auto",
                  prefill_chunk_tokens: int = 16384, compact_below: float = 0.5,
                  policy: Policy | None = None):
         if policy is None:
@@ -85,6 +85,7 @@ class TorchEngine:
         self.tokenizer = policy.tokenizer
         self.model_dir = policy.model_dir
         self.policy_version = policy_version or policy.version
+        self.policy_step = check_policy_step(policy_step)
         self.share_prefix = share_prefix
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.compact_below = compact_below
@@ -100,20 +101,36 @@ class TorchEngine:
         self.last_stats: dict[str, float] = {}
 
     @classmethod
-    def from_model(cls, model, tokenizer=None, *, policy_version: str, **opts) -> "TorchEngine":
+    def from_model(cls, model, tokenizer=None, *, policy_version: str, policy_step: int = 0,
+                   **opts) -> "TorchEngine":
         """Wrap an already-loaded model (e.g. the trainer's current policy). The engine runs it
         in eval mode (no dropout) and restores its train/eval state after each call."""
         return cls(policy=Policy(model=model, tokenizer=tokenizer, model_dir=Path("<memory>"),
-                                 version=policy_version), policy_version=policy_version, **opts)
+                                 version=policy_version), policy_version=policy_version,
+                   policy_step=policy_step, **opts)
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def update_weights(self, state_dict: dict[str, torch.Tensor], policy_version: str) -> None:
-        """Load new weights in place (same architecture) and stamp the new version."""
-        self.model.load_state_dict(state_dict)
+    def sync_weights(self, source: WeightSource, policy_version: str, policy_step: int) -> None:
+        """Load new weights in place (same architecture, strict names and shapes) and stamp
+        them. `source` is a state dict (the in-process trainer's tensors; copied, so the
+        trainer may keep updating its own) or a policy directory whose weights are loaded."""
+        step = check_policy_step(policy_step)
+        if isinstance(source, Mapping):
+            state = source
+        else:
+            dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+            state = load_policy(source, device=str(self.device), dtype=dtype).model.state_dict()
+            self.model_dir = Path(source)
+        with torch.no_grad():
+            self.model.load_state_dict(state)
         self.policy_version = policy_version
+        self.policy_step = step
+
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process (and may be the trainer's)."""
 
     # ---- generation ---------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, seed: int,

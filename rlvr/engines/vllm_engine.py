@@ -39,9 +39,11 @@ members of a 396-token prompt computed 396 + 7 × 12 prompt tokens.
 sample's request (`--enable-prompt-tokens-details`). (One request with `n = G` would also
 share the prefix, but vLLM then reports one child's cached count for the whole group.)
 
-Policy versions: `load_policy(path, version)` moves the server to a new policy (restart on
-the new dir, in-place weight reload, or a LoRA adapter; see vllm_server.py) and only then
-changes `policy_version`, which every Sample carries in `extras["policy_version"]`.
+Policy versions: `sync_weights(path, version, step)` (the TokenEngine protocol) moves the
+server to a new policy directory (restart on the new dir, in-place weight reload, or a LoRA
+adapter; see vllm_server.py) and only then changes `policy_version` and `policy_step`,
+which every Sample carries in `extras`. A state dict cannot cross into the server: the
+trainer saves a directory first.
 """
 from __future__ import annotations
 
@@ -51,11 +53,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import httpx
 
-from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
 from rlvr.engines.vllm_server import (
     VllmError,
     VllmServer,
@@ -208,6 +210,7 @@ class VllmEngine:
         model: str = "policy",
         *,
         policy_version: str = "0",
+        policy_step: int = 0,
         params: VllmEngineParams | None = None,
         server: VllmServer | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -215,6 +218,8 @@ class VllmEngine:
         self.params = params or VllmEngineParams()
         self.model = model
         self.policy_version = policy_version
+        self.policy_step = check_policy_step(policy_step)
+        self.last_sync_seconds = 0.0
         self.server = server
         self._transport = transport
         self._client: httpx.Client | None = None
@@ -228,18 +233,19 @@ class VllmEngine:
         params: VllmEngineParams | None = None,
         *,
         policy_version: str = "0",
+        policy_step: int = 0,
         repo_root: str | Path | None = None,
     ) -> "VllmEngine":
         """Start a server on `model_dir` (or attach to params.base_url) and return a client."""
         params = params or VllmEngineParams()
         if params.base_url:
             return cls(params.base_url, params.served_model_name,
-                       policy_version=policy_version, params=params)
+                       policy_version=policy_version, policy_step=policy_step, params=params)
         server = VllmServer(model_dir, params.server,
                             served_model_name=params.served_model_name, repo_root=repo_root)
         server.start()
-        return cls(server.base_url, params.served_model_name,
-                   policy_version=policy_version, params=params, server=server)
+        return cls(server.base_url, params.served_model_name, policy_version=policy_version,
+                   policy_step=policy_step, params=params, server=server)
 
     def _bind(self, base_url: str) -> None:
         if self._client is not None:
@@ -317,7 +323,8 @@ class VllmEngine:
                 raise VllmResponseError(f"asked for one choice, got {len(choices)}")
             sample = parse_choice(choices[0], params)
             sample.prefill_tokens = prefill_tokens(resp, len(prompt))
-            sample.extras.update(policy_version=self.policy_version, engine=self.name,
+            sample.extras.update(policy_version=self.policy_version,
+                                 policy_step=self.policy_step, engine=self.name,
                                  request_seed=s)
             samples.append(sample)
         self.last_stats = {
@@ -359,13 +366,22 @@ class VllmEngine:
         return [float(processed[j, tok]) for j, tok in enumerate(completion)]
 
     # ------------------------------------------------------ policy updates
-    def load_policy(self, path: str | Path, version: str) -> float:
-        """Serve policy `version` from `path` (a model dir; a PEFT adapter dir in 'lora'
-        mode). Returns the seconds it took. `policy_version` changes only on success."""
+    def sync_weights(self, source: WeightSource, policy_version: str, policy_step: int) -> None:
+        """Serve policy `policy_version` (ordinal `policy_step`) from the directory `source`
+        (a model dir; a PEFT adapter dir in 'lora' mode), by the server's update mode.
+        `policy_version` / `policy_step` change only on success; `last_sync_seconds` says
+        how long it took."""
+        step = check_policy_step(policy_step)
+        if isinstance(source, Mapping):
+            raise VllmUpdateError(
+                "the vllm engine takes a policy directory, not a state dict: save the weights "
+                "(save_pretrained) and pass that directory"
+            )
         if self.server is None:
             raise VllmUpdateError(
                 "this engine is attached to an external server (base_url); update it there"
             )
+        path, version = Path(source), policy_version
         mode = self.server.params.update
         t0 = time.monotonic()
         if mode == "restart":
@@ -385,7 +401,8 @@ class VllmEngine:
         else:  # pragma: no cover - guarded by the params Literal
             raise VllmUpdateError(f"unknown update mode {mode!r}")
         self.policy_version = version
-        return time.monotonic() - t0
+        self.policy_step = step
+        self.last_sync_seconds = time.monotonic() - t0
 
     def close(self) -> None:
         if self._client is not None:
@@ -400,7 +417,7 @@ class VllmEngine:
         self.close()
 
 
-def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0",
+def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0", policy_step: int = 0,
                      repo_root: str | Path | None = None, where: str = "rollout.engine_options",
                      **options) -> VllmEngine:
     """Launch (or attach to) a vLLM server for `model_dir` from a plain option mapping, e.g.
@@ -411,4 +428,5 @@ def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0",
     from rlvr.config import parse
 
     params = parse(VllmEngineParams, options, where)
-    return VllmEngine.launch(model_dir, params, policy_version=policy_version, repo_root=repo_root)
+    return VllmEngine.launch(model_dir, params, policy_version=policy_version,
+                             policy_step=policy_step, repo_root=repo_root)

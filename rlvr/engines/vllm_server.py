@@ -35,7 +35,7 @@ Flags that matter for correctness (never change them silently):
   sees.
 * `--max-logprobs -1`: lets `VllmEngine.score` ask for the full next-token distribution.
 
-How a new policy version reaches the server (`update` mode, see `VllmEngine.load_policy`):
+How a new policy version reaches the server (`update` mode, see `VllmEngine.sync_weights`):
 * `restart` (default, robust): stop the process, start it on the new model dir. Costs one
   start-up (~45-57 s here) per policy version; nothing of the old weights can survive.
   Works for any model dir, tied embeddings included.

@@ -118,6 +118,11 @@ class OpenAIEngine:
 
         return cls(parse(OpenAITeacherParams, dict(options), where))
 
+    def for_task(self, task) -> "OpenAIEngine":
+        """Stateless across episodes: every episode talks to the same endpoint (the
+        `Teacher` protocol; the task is already in the messages it is sent)."""
+        return self
+
     def chat(self, messages: Sequence[dict], *, seed: int, max_tokens: int) -> str:
         body = {
             "model": self.params.model,

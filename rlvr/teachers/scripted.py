@@ -117,6 +117,9 @@ class ScriptedTeacher:
         return BoundTeacher(task, self.noise, self.max_turns, self.policy_version,
                             hints=self.hints)
 
+    def close(self) -> None:
+        """Nothing to release (the `Teacher` protocol: a rollout closes what it built)."""
+
 
 class BoundTeacher:
     name = "scripted"
