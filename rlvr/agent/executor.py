@@ -14,6 +14,7 @@ A sandbox that fails to run at all is an `infra_error` result, never a task fail
 """
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -22,9 +23,12 @@ from pathlib import Path, PurePosixPath
 
 from rlvr.agent.hunks import HunkError, apply_hunk
 from rlvr.agent.tools import ToolCall
+from rlvr.agent.warm_tests import (WarmServerError, WarmTestServer, WarmUnavailable,
+                                   shadowed_module)
 from rlvr.agent.workspace import Workspace, WorkspaceError
-from rlvr.sandbox.base import Limits, Mount, Sandbox
+from rlvr.sandbox.base import Limits, Mount, RunResult, Sandbox
 
+_log = logging.getLogger(__name__)
 TOOL_STATUSES = ("ok", "error", "timeout", "infra_error", "submitted", "invalid", "none")
 
 # run_tests loads the fault-localisation plugin (`_sandbox/rlvr_locate.py`) from a read-only
@@ -104,13 +108,33 @@ def edit_line(text: str, line: int, old: str, new: str) -> tuple[str, str]:
 
 class ToolExecutor:
     def __init__(self, workspace: Workspace, sandbox: Sandbox | None, *, timeout_s: float,
-                 observation_cap: int, limits: Limits = Limits()):
+                 observation_cap: int, limits: Limits = Limits(), warm: bool = False):
         self.ws = workspace
         self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.observation_cap = observation_cap
         self.limits = limits.replace(wall_seconds=float(timeout_s),
                                      cpu_seconds=max(1, math.ceil(timeout_s)))
+        # `warm`: run_tests through one sandboxed pytest fork-server for this workspace
+        # (rlvr.agent.warm_tests), same observation as the cold path; the cold path stays
+        # the fallback (no privilege separation, a server that cannot start, a shadowed
+        # pre-imported module) and the reference.
+        self.warm = warm
+        self.warm_server: WarmTestServer | None = None
+        self.warm_off = ""  # why this executor stopped trying the warm path
+        self.runs = {"warm": 0, "cold": 0}
+
+    def close(self) -> None:
+        """Stop the warm server (if any). Idempotent; the episode calls it when it ends."""
+        server, self.warm_server = self.warm_server, None
+        if server is not None:
+            server.close()
+
+    def __enter__(self) -> "ToolExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def execute(self, call: ToolCall) -> ToolResult:
         started = time.perf_counter()
@@ -197,20 +221,60 @@ class ToolExecutor:
                 return (f"error: {path} is not a public test (public tests: "
                         f"{', '.join(public)})"), "error", ""
             targets = [norm + path[len(file_part):]]
-        argv = [self.sandbox.python, "-m", "pytest", "-q", "--tb=short", "--no-header",
-                "--color=no", "-p", "no:cacheprovider", "-p", LOCATE_PLUGIN, *targets]
+        args = ["-q", "--tb=short", "--no-header", "--color=no", "-p", "no:cacheprovider",
+                "-p", LOCATE_PLUGIN, *targets]
+        mounts = self._mounts()
+        env = {**SANDBOX_ENV, "PYTHONPATH": TOOLS_TARGET}
+        result = None
+        if self.warm and not self.warm_off:
+            try:
+                result = self._run_warm(args, mounts, env)
+            except WarmServerError as exc:
+                return ("error: the test sandbox failed (WarmServerError); this is not your "
+                        "fault"), "infra_error", f"WarmServerError: {exc}"
+        if result is None:
+            try:
+                result = self.sandbox.run([self.sandbox.python, "-m", "pytest", *args],
+                                          mounts=mounts, cwd="/work", env=env,
+                                          limits=self.limits)
+            except Exception as exc:  # noqa: BLE001 - any sandbox failure is infrastructure
+                return (f"error: the test sandbox failed ({type(exc).__name__}); this is not "
+                        "your fault"), "infra_error", f"{type(exc).__name__}: {exc}"
+            self.runs["cold"] += 1
+        return self._test_observation(result)
+
+    def _mounts(self) -> list[Mount]:
         mounts = [Mount(TOOLS_DIR, TOOLS_TARGET),
                   Mount(self.ws.repo, "/work", writable=True)]
         for tree in self.ws.protected:
             mounts.append(Mount(self.ws.public / tree.name, f"/work/{tree.name}", writable=False))
         mounts.append(Mount(self.ws.empty, "/work/.git", writable=False))
+        return mounts
+
+    def _run_warm(self, args: list[str], mounts: list[Mount], env: dict) -> RunResult | None:
+        """The warm server's RunResult, or None when this call must take the cold path."""
+        if self.warm_server is None:
+            server = WarmTestServer(self.sandbox, mounts=mounts, env=env, limits=self.limits,
+                                    writable=self.ws.repo, tools_target=TOOLS_TARGET)
+            try:
+                server.start()
+            except WarmUnavailable as exc:
+                self.warm_off = str(exc)
+                _log.warning("run_tests: warm path unavailable, using the cold path: %s", exc)
+                return None
+            self.warm_server = server
+        if shadowed_module(self.ws.repo, self.warm_server.modules):
+            return None  # a fresh interpreter could import the repo's file instead
         try:
-            result = self.sandbox.run(argv, mounts=mounts, cwd="/work",
-                                      env={**SANDBOX_ENV, "PYTHONPATH": TOOLS_TARGET},
-                                      limits=self.limits)
-        except Exception as exc:  # noqa: BLE001 - any sandbox failure is infrastructure
-            return (f"error: the test sandbox failed ({type(exc).__name__}); this is not "
-                    "your fault"), "infra_error", f"{type(exc).__name__}: {exc}"
+            result = self.warm_server.run(args, self.limits)
+        except WarmServerError:
+            self.warm_server = None  # closed by run(); the next call starts a fresh one
+            raise
+        self.runs["warm"] += 1
+        return result
+
+    def _test_observation(self, result: RunResult) -> tuple[str, str, str]:
+        """One sandboxed pytest run as the agent sees it (both paths format through here)."""
         output = normalize_test_output((result.stdout or "") + (result.stderr or ""))
         if result.timed_out:
             return (f"{output}\n[run_tests timed out after {self.timeout_s:g}s]",

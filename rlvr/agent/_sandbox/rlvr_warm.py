@@ -1,0 +1,445 @@
+"""The warm `run_tests` server: one per episode, inside that episode's policy sandbox.
+
+Started by `rlvr.agent.warm_tests` as ``python /opt/rlvr-agent/rlvr_warm.py`` in the very
+sandbox the cold path uses (repo writable at /work, pristine public tests read-only on top,
+`.git` hidden, no network), as uid 0 with only CAP_SETUID/CAP_SETGID (the sandbox's
+`supervisor` mode). Stdlib only; it imports no repository code: /work is taken off
+`sys.path` before pytest is imported and is only put back in a forked child.
+
+Start-up (paid once per episode): import pytest, its builtin plugins and the stdlib modules a
+pytest run imports lazily (pdb, unittest, xml.etree, difflib, ...), move the protocol off
+fds 0/1 (fd 0 becomes /dev/null, fd 1 stays the `sys.stdout` a child inherits), and print one
+`ready` line naming the uid range and the top-level modules now in `sys.modules` (the host
+falls back to the cold path when the repo could shadow one of them). The fault-localisation
+plugin is *not* imported here: pytest warns about an already-imported `-p` plugin it cannot
+assertion-rewrite, and its module-level dicts would otherwise outlive a run; the child
+imports it fresh, as the cold process does.
+
+Per request (one JSON line in, one JSON line out): fork a child that
+
+* starts its own session, points fd 0 at /dev/null and fds 1/2 at two fresh pipes, closes
+  every other fd (the protocol pipes included: it cannot forge a reply);
+* drops to the unprivileged uid the host chose (and chowned /work to) and sets the cold
+  path's rlimits (CPU soft/hard = limit/limit+1, address space, processes, file size, no
+  core);
+* rebuilds the interpreter state a fresh ``python -m pytest ARGS`` has when it hands over to
+  runpy (sys.argv, sys.orig_argv, sys.path with /work first, a pristine `__main__`, a
+  reseeded `random`), returns to module level and calls ``runpy._run_module_as_main
+  ("pytest")`` — what the interpreter itself calls for ``-m`` — so pytest's `__main__` raises
+  SystemExit and the interpreter finalizes exactly as the cold process would (atexit
+  handlers, non-daemon threads, flush).
+
+The server drains both pipes (keeping `out` bytes of each, counting the rest, as the
+sandbox backends do), enforces the wall clock, and when the child has exited or timed out
+kills every process of that uid (a helper that becomes the uid and calls kill(-1)) and
+removes what the uid left in /tmp and /dev/shm, so the next run starts from what a fresh
+sandbox would show. The reply carries the raw bytes; the host builds the `RunResult`
+exactly like the backend's `run` would.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+import warnings
+
+PROTOCOL = 1
+WORK = "/work"
+SCRATCH = ("/tmp", "/dev/shm")
+# Imported by every pytest run after `import pytest` (measured on pytest 9): paid here once.
+LAZY_MODULES = ("pdb", "unittest", "xml.etree.ElementTree", "difflib", "faulthandler", "code",
+                "codeop", "cmd", "readline")
+
+
+def _preimport() -> None:
+    import pytest  # noqa: F401
+    import _pytest.config as config
+
+    for name in (*config.default_plugins, *config.builtin_plugins):
+        try:
+            __import__(f"_pytest.{name}")
+        except ImportError:  # e.g. "pytester" needs nothing missing, but stay tolerant
+            pass
+    for name in LAZY_MODULES:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+class Pristine:
+    """Pure work on the read-only files (public tests, this plugin dir) done once here.
+
+    pytest assertion-rewrites every test module, conftest and `-p` plugin it imports (parse,
+    rewrite, compile: ~17 ms for a 100-line test file) and, for every traceback entry of a
+    failure, re-parses the entry's whole file to find statement ranges. For the pristine
+    files both are pure functions of their bytes, so the server computes them before any
+    child exists, and a child uses a result only when the file's bytes (or the source text
+    pytest passes) are exactly the ones it was computed from — and, for rewriting, only
+    when the run's ini leaves `enable_assertion_pass_hook` off (the one config value the
+    rewriter reads). Anything else goes through pytest's own code unchanged."""
+
+    def __init__(self, paths: list[str]) -> None:
+        from _pytest._code.source import _statement_linenos, findsource
+        from _pytest.assertion.rewrite import rewrite_asserts
+        import ast
+        import importlib.util
+        import linecache
+
+        self.rewritten: dict[str, tuple[bytes, bytes, object]] = {}
+        self.asts: dict[str, object] = {}
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    source = fh.read()
+                tree = ast.parse(source, filename=path)
+                rewrite_asserts(tree, source, path, None)
+                co = compile(tree, path, "exec", dont_inherit=True)
+            except (OSError, SyntaxError, ValueError):
+                continue
+            self.rewritten[path] = (source, importlib.util.source_hash(source), co)
+            full, _ = findsource(co)
+            if full is not None:
+                content = str(full)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    node = ast.parse(content, "source", "exec")
+                _statement_linenos(node)  # memoised on the node
+                self.asts[content] = node
+        linecache.clearcache()
+
+    def install(self) -> None:
+        """In a child: route pytest's two pure functions through the results above."""
+        import _pytest._code.code as code_mod
+        import _pytest._code.source as source_mod
+        import _pytest.assertion.rewrite as rewrite_mod
+
+        rewrite_test = rewrite_mod._rewrite_test
+        statement_range = source_mod.getstatementrange_ast
+        rewritten, asts = self.rewritten, self.asts
+
+        def _rewrite_test(fn, config):
+            hit = rewritten.get(str(fn))
+            if hit is not None and not config.getini("enable_assertion_pass_hook"):
+                if fn.read_bytes() == hit[0]:
+                    return hit[1], hit[2]
+            return rewrite_test(fn, config)
+
+        def getstatementrange_ast(lineno, source, assertion=False, astnode=None):
+            if astnode is None:
+                astnode = asts.get(str(source))
+            return statement_range(lineno, source, assertion, astnode)
+
+        rewrite_mod._rewrite_test = _rewrite_test
+        source_mod.getstatementrange_ast = getstatementrange_ast
+        code_mod.getstatementrange_ast = getstatementrange_ast
+
+
+def pristine_files(roots: list[str]) -> list[str]:
+    out = []
+    for root in roots:
+        if os.path.isfile(root):
+            out.append(root)
+            continue
+        for base, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            out += [os.path.join(base, f) for f in sorted(files) if f.endswith(".py")]
+    return out
+
+
+class Server:
+    def __init__(self, pristine: list[str]) -> None:
+        spec = os.environ.pop("RLVR_SANDBOX_UIDS", "")
+        self.privsep = os.geteuid() == 0 and bool(spec)
+        self.uid_base, self.uid_count = (int(x) for x in spec.split(":")) if spec else (0, 0)
+        here = os.path.dirname(os.path.abspath(__file__))
+        # `python SCRIPT` put the script's directory first; `python -m pytest` puts the cwd
+        # there instead. The cold path's sys.path is this one with /work at the front.
+        self.cold_path = [WORK] + sys.path[1:]
+        sys.path[:] = [p for p in sys.path if p not in ("", WORK, here)] + (
+            [here] if here in sys.path[1:] else [])
+        _preimport()
+        self.pristine = Pristine(pristine_files(pristine))
+        self.python = sys.executable
+        self.modules = sorted({n.split(".", 1)[0] for n in sys.modules})
+        # Protocol channel on private fds; fd 0 -> /dev/null, fd 1 -> /dev/null for the
+        # server itself (the child re-points it at its pipe).
+        self.rfd = os.dup(0)
+        self.wfd = os.dup(1)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.close(null)
+        self.buf = b""
+        self.counter = 0
+        import gc
+
+        gc.freeze()  # children do not copy-on-write the server's heap when they collect
+
+    # ---- protocol -------------------------------------------------------------------------
+    def send(self, obj: dict) -> None:
+        data = json.dumps(obj).encode() + b"\n"
+        view = memoryview(data)
+        while view:
+            n = os.write(self.wfd, view)
+            view = view[n:]
+
+    def recv(self) -> dict | None:
+        while b"\n" not in self.buf:
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def serve(self):
+        """Answer requests until EOF (returns None) — or, in a forked child, return the
+        argv that child must run."""
+        self.send({"ready": True, "protocol": PROTOCOL, "privsep": self.privsep,
+                   "uids": [self.uid_base, self.uid_count], "modules": self.modules,
+                   "python": sys.version.split()[0], "pid": os.getpid()})
+        while True:
+            req = self.recv()
+            if req is None:
+                return None
+            if req.get("op") == "ping":
+                self.send({"id": req.get("id"), "status": "pong"})
+                continue
+            try:
+                job = self.run(req)
+            except Exception as exc:  # a bug or a malformed request: not the policy's doing
+                self.send({"id": req.get("id"), "status": "error",
+                           "detail": f"{type(exc).__name__}: {exc}"})
+                continue
+            if job is not None:  # we are the child
+                return job
+
+    # ---- one run --------------------------------------------------------------------------
+    def run(self, req: dict):
+        limits = req["limits"]
+        uid = req.get("uid")
+        if self.privsep:
+            if not isinstance(uid, int) or not self.uid_base <= uid < self.uid_base + self.uid_count:
+                raise ValueError(f"uid {uid!r} is outside this server's range")
+        else:
+            uid = None
+        argv = [str(a) for a in req["argv"]]
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # ---------------- child ----------------
+            try:
+                self.enter_child(uid, limits, out_w, err_w, argv)
+            except BaseException:
+                os._exit(70)
+            return argv
+        os.close(out_w)
+        os.close(err_w)
+        cap = int(limits["out"])
+        acc = {out_r: [bytearray(), 0], err_r: [bytearray(), 0]}
+        deadline = start + float(limits["wall"])
+        exited, timed_out, status = False, False, 0
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        open_fds = [out_r, err_r]
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = not exited
+                break
+            waits = open_fds + ([pidfd] if pidfd is not None and not exited else [])
+            ready, _, _ = select.select(waits, [], [], min(remaining, 0.05 if pidfd is None else remaining))
+            for fd in ready:
+                if fd == pidfd:
+                    continue
+                if not _read_into(fd, acc[fd], cap):
+                    open_fds.remove(fd)
+            if not exited:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    exited, status = True, st
+                    # the cold sandbox's pid namespace dies with pytest: so do its leftovers
+                    self.sweep(uid, pid)
+            if exited and not open_fds:
+                break
+        if timed_out:
+            self.sweep(uid, pid)
+            if not exited:
+                _, status = os.waitpid(pid, 0)
+        if pidfd is not None:
+            os.close(pidfd)
+        for fd in (out_r, err_r):
+            os.close(fd)
+        wall = time.monotonic() - start
+        self.wipe(uid)
+        (out, out_n), (err, err_n) = acc[out_r], acc[err_r]
+        self.send({
+            "id": req.get("id"), "status": "done", "timed_out": timed_out,
+            "exited": os.WIFEXITED(status), "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "stdout": base64.b64encode(bytes(out)).decode(), "stdout_total": out_n,
+            "stderr": base64.b64encode(bytes(err)).decode(), "stderr_total": err_n,
+            "wall": wall,
+        })
+        return None
+
+    def enter_child(self, uid, limits: dict, out_w: int, err_w: int, argv: list) -> None:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, _max_fd())
+
+        def cap(kind, soft, hard=None):
+            if soft is None or soft <= 0:
+                return
+            resource.setrlimit(kind, (int(soft), int(hard if hard is not None else soft)))
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        cpu = limits.get("cpu")
+        cap(resource.RLIMIT_CPU, cpu, (cpu or 0) + 1)
+        cap(resource.RLIMIT_AS, limits.get("mem"))
+        cap(resource.RLIMIT_FSIZE, limits.get("fsize"))
+        if uid is not None:
+            cap(resource.RLIMIT_NPROC, limits.get("nproc"))
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        # the interpreter state `python -m pytest ARGV` has when it calls runpy: argv[0] is
+        # "-m" until runpy puts the module's path there, a pristine `__main__`, /work first
+        import importlib
+        import importlib.machinery
+        import types
+
+        sys.argv = ["-m", *argv]
+        sys.orig_argv = [self.python, "-m", "pytest", *argv]
+        sys.path[:] = list(self.cold_path)
+        main = types.ModuleType("__main__")
+        main.__loader__ = importlib.machinery.BuiltinImporter
+        main.__builtins__ = sys.modules["builtins"]
+        main.__annotations__ = {}
+        sys.modules["__main__"] = main
+        importlib.invalidate_caches()
+        if "random" in sys.modules:
+            sys.modules["random"].seed()  # a fresh process seeds from urandom
+        self.pristine.install()
+        sys.stdout.flush()
+
+    def sweep(self, uid, pid: int) -> None:
+        """Kill the run's process tree: every process of its uid (or, without privilege
+        separation, its session)."""
+        if uid is None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+        self._as_uid(uid, sweep=True)
+
+    def wipe(self, uid) -> None:
+        if uid is not None:
+            self._as_uid(uid, sweep=True, wipe=True)
+
+    @staticmethod
+    def _as_uid(uid: int, *, sweep: bool, wipe: bool = False) -> None:
+        hpid = os.fork()
+        if hpid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                if sweep:
+                    for _ in range(50):
+                        try:
+                            os.kill(-1, signal.SIGKILL)  # kill(-1) spares the caller
+                        except ProcessLookupError:
+                            break
+                        if not _processes_of(uid):
+                            break
+                        time.sleep(0.002)
+                if wipe:
+                    for root in SCRATCH:
+                        try:
+                            names = os.listdir(root)
+                        except OSError:
+                            continue
+                        for name in names:
+                            path = os.path.join(root, name)
+                            try:
+                                if os.lstat(path).st_uid != uid:
+                                    continue
+                                if os.path.isdir(path) and not os.path.islink(path):
+                                    shutil.rmtree(path, onerror=_force)
+                                else:
+                                    os.unlink(path)
+                            except OSError:
+                                pass
+            finally:
+                os._exit(0)
+        os.waitpid(hpid, 0)
+
+
+def _force(func, path, _exc):
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        if not os.path.islink(path):
+            os.chmod(path, 0o700)
+        func(path)
+    except OSError:
+        pass
+
+
+def _read_into(fd: int, acc: list, cap: int) -> bool:
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    if not chunk:
+        return False
+    if len(acc[0]) < cap:
+        acc[0] += chunk[: cap - len(acc[0])]
+    acc[1] += len(chunk)
+    return True
+
+
+def _processes_of(uid: int) -> list[int]:
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 1 << 16
+
+
+if __name__ == "__main__":
+    # argv: the read-only trees whose files never change (public tests, this plugin)
+    _job = Server(sys.argv[1:]).serve()
+    if _job is None:
+        sys.exit(0)
+    del _job
+    import runpy
+
+    # exactly what the interpreter calls for `-m pytest` (one frame deeper: this module's)
+    runpy._run_module_as_main("pytest")
