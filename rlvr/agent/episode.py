@@ -91,6 +91,9 @@ class EpisodeConfig:
     reward: RewardParams = RewardParams()
     sandbox: Sandbox | None = None
     limits: Limits = Limits()
+    # run_tests through a per-episode warm pytest fork-server (rlvr.agent.warm_tests): the
+    # observation is the cold path's byte for byte; False = a fresh sandboxed pytest per call
+    warm_tests: bool = True
     workspace_parent: Path | None = None
     run_seed: int = 0
 
@@ -172,7 +175,7 @@ class Episode:
         self.executor = ToolExecutor(self.workspace, self.cfg.sandbox,
                                      timeout_s=self.budgets.tool_timeout_s,
                                      observation_cap=self.budgets.observation_cap,
-                                     limits=self.cfg.limits)
+                                     limits=self.cfg.limits, warm=self.cfg.warm_tests)
         user = user_message(task)
         prompt = self.codec.initial_prompt(SYSTEM_PROMPT, user)
         self.transcript.append_context(prompt, PROMPT_TURN)
@@ -368,6 +371,8 @@ class Episode:
                 self.patch_check = {"ok": False, "reason": "extraction_error",
                                     "detail": f"{type(exc).__name__}: {exc}"}
             finally:
+                if self.executor is not None:
+                    self.executor.close()  # the warm test server dies with the episode
                 self.workspace.close()
         self.wall_seconds = time.perf_counter() - self._t0
 

@@ -59,6 +59,13 @@ class TeacherParams:
 
 
 @dataclass(frozen=True)
+class ToolsParams:
+    # run_tests through one warm sandboxed pytest fork-server per episode (same mounts,
+    # isolation and observation as the cold path; it falls back to cold where it cannot)
+    warm: bool = True
+
+
+@dataclass(frozen=True)
 class RolloutParams:
     engine: Literal["scripted", "torch", "vllm", "openai"] = "scripted"
     model_dir: str = "models/policy-init"  # tokenizer for every engine; weights for torch
@@ -74,6 +81,7 @@ class RolloutParams:
     repetition: RepetitionParams = field(default_factory=RepetitionParams)
     reward: RewardParams = field(default_factory=RewardParams)
     teacher: TeacherParams = field(default_factory=TeacherParams)
+    tools: ToolsParams = field(default_factory=ToolsParams)
     engine_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -166,7 +174,7 @@ def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
     config = EpisodeConfig(codec=codec, budgets=params.budgets, decoding=params.decoding,
                            repetition=params.repetition, reward=params.reward,
                            sandbox=sandbox, limits=sandbox_params.limits.to_limits(),
-                           run_seed=params.seed)
+                           warm_tests=params.tools.warm, run_seed=params.seed)
     parts = parts_root / fingerprint(params, sandbox_params, tasks, engine.policy_version,
                                      Path(params.model_dir), sampling_round)
     parts.mkdir(parents=True, exist_ok=True)
