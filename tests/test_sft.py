@@ -127,7 +127,7 @@ def test_micro_batching_does_not_change_the_gradient(base, rows):
     grads = []
     for budget in (10**6, max(lengths)):  # one pass vs one row per pass
         model.zero_grad(set_to_none=True)
-        cuts = micro_batches(lengths, range(6), budget)
+        cuts = micro_batches(lengths, range(6), budget, max_padding=1.0)
         for micro in cuts:
             ids, only = collate(ex, micro, "cpu")
             masked_nll(sequence_logprobs(model, ids, None, only=only).logprobs, only, n).backward()
@@ -137,11 +137,13 @@ def test_micro_batching_does_not_change_the_gradient(base, rows):
 
 
 def test_micro_batches_respect_the_padded_token_budget():
-    lengths = [50, 10, 30, 30, 45, 5]
-    cuts = micro_batches(lengths, range(6), 100)
-    assert sorted(i for c in cuts for i in c) == list(range(6))
+    lengths = [50, 10, 30, 30, 45, 5, 29, 28]
+    cuts = micro_batches(lengths, range(8), 100, max_padding=0.1)
+    assert sorted(i for c in cuts for i in c) == list(range(8))
     assert all(len(c) * max(lengths[i] for i in c) <= 100 or len(c) == 1 for c in cuts)
-    assert cuts[0][0] == 0  # longest first
+    assert cuts[0] == [0, 4]  # longest first; 45 is within 10% of 50
+    assert [2, 3, 6] in cuts  # 30, 30, 29 (28 would break the 100-token budget)
+    assert micro_batches(lengths, range(8), 10**6, max_padding=1.0) == [[0, 4, 2, 3, 6, 7, 1, 5]]
 
 
 # ---- learning and checkpoints --------------------------------------------------------------------

@@ -53,6 +53,8 @@ from rlvr.train.logprobs import sequence_logprobs
 
 LogFn = Callable[[int, dict[str, float]], None]
 EvalFn = Callable[[int, Any], dict[str, float]]
+# A row joins a micro-batch only if it is at most this much shorter than the longest row in it.
+MAX_PADDING = 0.1
 TOKENIZER_COPY = (*TOKENIZER_FILES, *TOKENIZER_EXTRA, "special_tokens_map.json", "added_tokens.json")
 
 
@@ -105,16 +107,23 @@ def masked_nll(logprobs: torch.Tensor, only: torch.Tensor, normaliser: int) -> t
     return -(logprobs * only).sum() / normaliser
 
 
-def micro_batches(lengths: Sequence[int], batch: Sequence[int], budget: int) -> list[list[int]]:
-    """Cut one global batch (indices into `lengths`) into micro-batches: longest first, each
-    at most `budget` padded tokens (rows x longest row; a longer single row goes alone)."""
+def micro_batches(lengths: Sequence[int], batch: Sequence[int], budget: int,
+                  max_padding: float = MAX_PADDING) -> list[list[int]]:
+    """Cut one global batch (indices into `lengths`) into micro-batches: longest first; a row
+    joins the current micro-batch while the batch stays within `budget` padded tokens (rows x
+    longest row) and the row is at most `max_padding` shorter than that longest row (a
+    longer single row goes alone). On CPU a forward pass costs ~ its padded tokens, and
+    rows of a few hundred tokens already fill the matmuls, so padding is pure waste."""
     order = sorted(batch, key=lambda i: -lengths[i])
     out: list[list[int]] = []
     for i in order:
-        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= budget:
-            out[-1].append(i)
-        else:
-            out.append([i])
+        if out:
+            head = lengths[out[-1][0]]
+            if ((len(out[-1]) + 1) * head <= budget
+                    and lengths[i] >= (1 - max_padding) * head):
+                out[-1].append(i)
+                continue
+        out.append([i])
     return out
 
 
