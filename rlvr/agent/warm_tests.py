@@ -28,7 +28,10 @@ Design (and why it keeps today's isolation and today's observation):
   pre-imported `-p` plugin would also make pytest warn that it cannot rewrite it). Because
   pre-imported modules cannot be shadowed by repository files the way they would be in a
   fresh interpreter, a run whose repo holds a top-level name equal to one of them (e.g. a
-  planted `difflib.py`) takes the cold path instead (`shadowed_module`).
+  planted `difflib.py`) takes the cold path instead (`shadowed_module`). Work that depends
+  only on read-only inputs is done once in the server and handed to children on an exact
+  match: the public test files' assertion-rewritten code and statement tables (keyed by
+  their bytes) and pytest's argv-only `get_config` (keyed by argv).
 * Per run: the child gets the cold path's rlimits and argv, interpreter state rebuilt as
   ``python -m pytest`` has it (see `_sandbox/rlvr_warm.py`), stdout and stderr on separate
   pipes capped at `Limits.output_bytes` each; the server enforces the wall clock and then
