@@ -132,7 +132,7 @@ def test_default_teacher_reasons_only_from_what_it_observed(codec, bwrap_sandbox
                     turn["action_text"], seen[-400:])
             if turn["tool_name"] == "edit":
                 args = json.loads(turn["tool_args"])
-                assert set(args) == {"path", "line", "old", "new"} and len(args["old"]) <= 8
+                assert set(args) == {"path", "line", "old", "new"} and len(args["old"]) <= 16
             seen += turn["observation"]
 
 

@@ -52,7 +52,13 @@ _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _COUNTS = re.compile(r"(\d+) (failed|error|errors|passed)")
 _EXIT = re.compile(r"\[pytest exit code (\d+)\]")
 _NOT_WRAP = re.compile(r"\bnot \(")
-_SUSPICIOUS = re.compile(r"^([\w./-]+\.py):(\d+): ", re.M)
+_SUSPICIOUS = re.compile(r"^([\w./-]+\.py):(\d+): .*\[(\d+) failing, (\d+) passing\]$", re.M)
+# Which kind of candidate fix to try first among equally suspicious lines: the rarest, most
+# telling edits first (a `not (...)` wrapper is a smell; `wrong_variable` has the most sites).
+_TRY_ORDER = {"drop_negation": 0, "comparison_flip": 1, "boolean_swap": 2, "arithmetic_swap": 3,
+              "drop_offset": 4, "boundary_shift": 5, "slice_off_by_one": 6, "wrong_return": 7,
+              "return_name": 8, "negate_condition": 9, "swap_arguments": 10,
+              "wrong_variable": 11}
 _TOKEN = re.compile(r"\w+|[^\w\s]+|\s+")
 # Mutation operators whose sites can undo an injected bug, most common first. Removing a
 # statement never undoes one (no operator adds statements), so it is not a candidate.
@@ -136,6 +142,7 @@ class BoundTeacher:
                         and not p.split("/")[0] in {t.split("/")[0] for t in public}}
         self.hints = Hints.from_provenance(task.provenance) if hints else Hints()
         self.observed: list[tuple[str, int]] = []  # suspicious (path, line), best first
+        self.observed_counts: list[tuple[int, int]] = []  # their (failing, passing) counts
         self.rng: random.Random | None = None
         self.noisy = False
         self.phase = "start"
@@ -249,9 +256,11 @@ class BoundTeacher:
         evidence names (source frames, calls in failing tests and assertions, the
         instruction) — those in hinted files first — then the rest of the hinted files."""
         defs = self._definitions()
-        self.observed = [(m.group(1), int(m.group(2))) for m in _SUSPICIOUS.finditer(
+        found = [m for m in _SUSPICIOUS.finditer(
             output.split("suspicious lines", 1)[1] if "suspicious lines" in output else "")
             if m.group(1) in self.sources]
+        self.observed = [(m.group(1), int(m.group(2))) for m in found]
+        self.observed_counts = [(int(m.group(3)), int(m.group(4))) for m in found]
         flagged = [(p, q) for p, n in self.observed
                    for q in [_function_at(self.files[p], n)] if q]
         evidence: list[tuple[str, str]] = []
@@ -299,15 +308,22 @@ class BoundTeacher:
 
         hinted_ops = {op for _p, _f, op, _l in self.hints.sites if op}
         hinted_lines = {(p, line) for p, _f, _o, line in self.hints.sites if line}
-        observed_rank = {site: k for k, site in reversed(list(enumerate(self.observed)))}
+        groups = list(dict.fromkeys(self.observed_counts))
+        observed_rank = {site: groups.index(counts)
+                         for site, counts in zip(self.observed, self.observed_counts)}
 
         def line_rank(path: str, line: int) -> int:
-            """Hinted lines first (hints on), then the lines run_tests flagged, best first."""
+            """Hinted lines first (hints on), then the lines run_tests flagged, by score group:
+            lines run by the same failing / passing tests are equally suspicious."""
             if (path, line) in hinted_lines:
                 return -1
-            return observed_rank.get((path, line), len(observed_rank))
+            return observed_rank.get((path, line), len(groups))
 
         anchors = hinted_lines | set(self.observed)
+        # equally ranked candidates are tried in an order drawn from the episode's seed, so the
+        # G samples of a group search differently (diverse demonstrations, teacher pass@k > pass@1)
+        draw = self.rng or random.Random(0)
+        jitter = draw.random
         ranked: list[tuple[tuple, Candidate]] = []
         seen: set[tuple[str, str]] = set()
         for rank_fn, (path, func) in enumerate(self.suspects[:3]):
@@ -327,9 +343,9 @@ class BoundTeacher:
                         continue
                     seen.add((path, new))
                     line = site.params.get("line", fn.node.lineno)
-                    ranked.append(((op not in hinted_ops, line_rank(path, line),
-                                    rank_fn, _distance(line, anchors, path), line,
-                                    1 + CANDIDATE_OPERATORS.index(op), len(new)),
+                    ranked.append(((op not in hinted_ops, line_rank(path, line), rank_fn,
+                                    _TRY_ORDER[op], _distance(line, anchors, path), jitter(), line,
+                                    len(new)),
                                    Candidate(path, new, line, _describe(op))))
             offset_ops = hinted_ops & {"boundary_shift", "slice_off_by_one"}
             for node in ast.walk(fn.node):
@@ -343,9 +359,10 @@ class BoundTeacher:
                     if (path, new) in seen or not compiles(new):
                         continue
                     seen.add((path, new))
-                    ranked.append(((not offset_ops, line_rank(path, node.lineno),
-                                    rank_fn, _distance(node.lineno, anchors, path),
-                                    node.lineno, 0, len(new)),
+                    ranked.append(((not offset_ops, line_rank(path, node.lineno), rank_fn,
+                                    _TRY_ORDER["drop_offset"],
+                                    _distance(node.lineno, anchors, path), jitter(), node.lineno,
+                                    len(new)),
                                    Candidate(path, new, node.lineno, "drop an offset")))
             names = _local_names(fn.node)
             for node in ast.walk(fn.node):
@@ -361,8 +378,9 @@ class BoundTeacher:
                         seen.add((path, new))
                         ranked.append(((not hinted_ops & {"wrong_return"},
                                         line_rank(path, node.lineno), rank_fn,
-                                        _distance(node.lineno, anchors, path),
-                                        node.lineno, 1 + k, len(new)),
+                                        _TRY_ORDER["return_name"] + k / 100,
+                                        _distance(node.lineno, anchors, path), jitter(),
+                                        node.lineno, len(new)),
                                        Candidate(path, new, node.lineno,
                                                  f"return `{name}` instead of None")))
             lines = source.split("\n")
@@ -376,7 +394,8 @@ class BoundTeacher:
                         seen.add((path, new))
                         ranked.append(((not hinted_ops & {"negate_condition", "wrong_return"},
                                         line_rank(path, no), rank_fn,
-                                        _distance(no, anchors, path), no, 0, len(new)),
+                                        _TRY_ORDER["drop_negation"],
+                                        _distance(no, anchors, path), jitter(), no, len(new)),
                                        Candidate(path, new, no, "drop a negation")))
         ranked.sort(key=lambda x: x[0])
         return [c for _, c in ranked]

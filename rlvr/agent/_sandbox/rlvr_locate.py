@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-TOP = 5
+TOP = 8
 _ROOT = os.getcwd()
 _EXCLUDE_DIRS: tuple[str, ...] = ()
 _lines_by_test: dict[str, set[tuple[str, int]]] = {}
