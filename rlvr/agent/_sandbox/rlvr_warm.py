@@ -317,11 +317,11 @@ class Server:
                 if done:
                     exited, status = True, st
                     # the cold sandbox's pid namespace dies with pytest: so do its leftovers
-                    self.sweep(uid, pid)
+                    self.cleanup(uid, pid)
             if exited and not open_fds:
                 break
-        if timed_out:
-            self.sweep(uid, pid)
+        if timed_out or not exited:
+            self.cleanup(uid, pid)
             if not exited:
                 _, status = os.waitpid(pid, 0)
         if pidfd is not None:
@@ -329,7 +329,6 @@ class Server:
         for fd in (out_r, err_r):
             os.close(fd)
         wall = time.monotonic() - start
-        self.wipe(uid)
         (out, out_n), (err, err_n) = acc[out_r], acc[err_r]
         self.send({
             "id": req.get("id"), "status": "done", "timed_out": timed_out,
@@ -385,20 +384,17 @@ class Server:
         self.configs.install()
         sys.stdout.flush()
 
-    def sweep(self, uid, pid: int) -> None:
-        """Kill the run's process tree: every process of its uid (or, without privilege
-        separation, its session)."""
+    def cleanup(self, uid, pid: int) -> None:
+        """Kill the run's process tree — every process of its uid (without privilege
+        separation: its session) — and remove what the uid left in /tmp and /dev/shm (one
+        helper process does both)."""
         if uid is None:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             return
-        self._as_uid(uid, sweep=True)
-
-    def wipe(self, uid) -> None:
-        if uid is not None:
-            self._as_uid(uid, sweep=True, wipe=True)
+        self._as_uid(uid, sweep=True, wipe=True)
 
     @staticmethod
     def _as_uid(uid: int, *, sweep: bool, wipe: bool = False) -> None:
