@@ -6,7 +6,10 @@ repository (= policy-written) code, and it runs it inside the sandbox: the repo 
 writable at /work, the pristine public tests mounted read-only on top, `.git` hidden, no
 network, resource limits and the tool timeout. Its pytest loads `_sandbox/rlvr_locate.py`,
 which appends the source lines failing tests ran and passing tests did not (file:line, the
-address the line-addressed `edit` takes).
+address the line-addressed `edit` takes). With `warm=True` the same pytest command runs in a
+child forked by one sandboxed fork-server per workspace (`rlvr.agent.warm_tests`: same
+mounts, per-run uid and rlimits, the cold path's observation byte for byte); the cold path is
+the fallback and the reference, and both are formatted by `_test_observation`.
 
 Every observation is capped at `observation_cap` characters with an explicit
 "[... truncated N chars]" marker (head and tail kept: pytest puts the summary last).

@@ -66,7 +66,7 @@ def _preimport() -> None:
     for name in (*config.default_plugins, *config.builtin_plugins):
         try:
             __import__(f"_pytest.{name}")
-        except ImportError:  # e.g. "pytester" needs nothing missing, but stay tolerant
+        except ImportError:  # a builtin plugin this pytest does not ship: nothing to warm
             pass
     for name in LAZY_MODULES:
         try:
