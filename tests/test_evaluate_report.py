@@ -68,7 +68,8 @@ def _passport(task: str, i: int, outcome, *, infra=False, family="fam", invalid=
             "reward_outcome": outcome, "verdict_reason": None if outcome is None else
             ("none" if outcome == 1.0 else "tests_failed"), "n_turns": turns, "n_invalid_actions": invalid,
             "n_trainable_tokens": 50, "n_tokens": 400, "wall_seconds": seconds,
-            "policy_version": version, "policy_step": 0}
+            "policy_version": version, "policy_step": 0,
+            "turns": [{"action_valid": k >= invalid} for k in range(turns)]}
 
 
 def test_infra_errors_have_no_outcome_and_never_count_as_failures():

@@ -210,6 +210,20 @@ def apply_verdicts(rows: Iterable[Mapping[str, Any]], verdicts: Iterable[Mapping
     return out
 
 
+def invalid_turns(row: Mapping[str, Any]) -> int:
+    """Turns whose action did not parse against its schema — including a final turn cut by
+    the token budget, which `n_invalid_actions` (the invalid-action budget) does not count.
+    The parse-error rate is this over turns, wherever it is reported (SPEC §6, §8.3)."""
+    return sum(not t["action_valid"] for t in row["turns"])
+
+
+def parse_error_rate(rows: Iterable[Mapping[str, Any]]) -> float:
+    """Invalid turns / turns over rollout passports (0.0 when there are no turns)."""
+    rows = list(rows)
+    turns = sum(len(r["turns"]) for r in rows)
+    return sum(invalid_turns(r) for r in rows) / turns if turns else 0.0
+
+
 def outcome_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What the verdicts made of the rollouts: success rate over the judged rollouts only
     (infra errors, rollout-time or verifier, and unverified rows are counted apart)."""

@@ -33,8 +33,8 @@ from typing import Any, Callable, Literal
 
 from rlvr.agent.collector import Collector, GroupResult, group_id_for
 from rlvr.agent.episode import Budgets, EpisodeConfig, env_version
-from rlvr.agent.passport import (needs_verdict, passport_row, read_trajectories,
-                                 rebuild_check, write_trajectories)
+from rlvr.agent.passport import (needs_verdict, parse_error_rate, passport_row,
+                                 read_trajectories, rebuild_check, write_trajectories)
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
@@ -249,8 +249,7 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
                          for k in schemas.STOP_REASONS},
         "truncated_rate": round(sum(r["truncated"] for r in rows) / n, 4) if n else 0.0,
         "infra_error_rate": round(sum(r["infra_error"] for r in rows) / n, 4) if n else 0.0,
-        "parse_error_rate": round(sum(not t["action_valid"] for t in turns) / len(turns), 4)
-        if turns else 0.0,
+        "parse_error_rate": round(parse_error_rate(rows), 4),
         "action_errors": dict(sorted(Counter(t["action_error_kind"] for t in turns
                                              if not t["action_valid"]).items())),
         "tool_calls": dict(sorted(Counter(t["tool_name"] for t in turns if t["tool_name"])

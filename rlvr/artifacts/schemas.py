@@ -242,7 +242,7 @@ EVAL = pa.schema(
         ("verdict_reason", pa.string()),   # VERDICT_REASONS, or "not_submitted" (no verdict needed)
         ("stop_reason", pa.string()),
         ("n_turns", pa.int32()),
-        ("n_invalid_actions", pa.int32()),
+        ("n_invalid_actions", pa.int32()),  # turns whose action did not parse (passport.invalid_turns)
         ("n_trainable_tokens", pa.int32()),  # policy-generated tokens
         ("n_tokens", pa.int32()),            # whole transcript
         ("seconds", pa.float64()),           # episode wall seconds (a timing column)

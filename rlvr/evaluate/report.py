@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rlvr.agent.passport import invalid_turns
 from rlvr.artifacts.io import read_table, write_table, write_text
 from rlvr.artifacts.schemas import EVAL, EVAL_TIERS
 from rlvr.evaluate.metrics import (PairingError, paired_difference, pass_rate_interval,
@@ -71,7 +72,7 @@ def eval_rows(passports: Iterable[Mapping[str, Any]], checkpoint: str,
             "family": r["family"], "task_id": r["task_id"], "sample_index": r["sample_index"],
             "seed": r["reset_seed"], "success": success, "infra_error": success is None,
             "verdict_reason": reason, "stop_reason": r["stop_reason"],
-            "n_turns": r["n_turns"], "n_invalid_actions": r["n_invalid_actions"],
+            "n_turns": r["n_turns"], "n_invalid_actions": invalid_turns(r),
             "n_trainable_tokens": r["n_trainable_tokens"], "n_tokens": r["n_tokens"],
             "seconds": r.get("wall_seconds"), "trajectory_id": r["trajectory_id"],
             "policy_version": r["policy_version"], "policy_step": r.get("policy_step"),
