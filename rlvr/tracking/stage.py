@@ -35,9 +35,15 @@ class StageRun:
     metrics_path: Path
     metrics: dict[str, Any] = field(default_factory=dict)
     artifacts: list[Path] = field(default_factory=list)
+    # (step, {name: value}) in order: curves (loss, lr, eval numbers) logged with `step`
+    steps: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
     def log_metrics(self, values: dict[str, Any]) -> None:
         self.metrics.update(values)
+
+    def log_step(self, step: int, values: dict[str, Any]) -> None:
+        """Per-step numbers (a training loop's `log` callback): MLflow gets them with `step`."""
+        self.steps.append((int(step), _numeric(values)))
 
     def log_artifact(self, path: Path | str) -> None:
         self.artifacts.append(Path(path))
@@ -81,6 +87,8 @@ def _log_to_mlflow(stage: str, params: Any, input_hashes: dict[str, str], run: S
         if flat:
             mlflow.log_params(flat)
         mlflow.log_metrics(_numeric(run.metrics))
+        for step, values in run.steps:
+            mlflow.log_metrics(values, step=step)
         for path in run.artifacts:
             if path.is_file() and path.stat().st_size < (8 << 20):
                 mlflow.log_artifact(str(path))

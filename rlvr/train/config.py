@@ -91,6 +91,10 @@ class SFTParams:
     adam_beta2: float = 0.95
     adam_eps: float = 1e-8
     eval_every: int = 50              # steps between validation evaluations; 0 = at the end only
+    # Train tasks the model is rolled out on (one sampled episode each, no verification) at
+    # every evaluation: the parse-error rate of *sampled* tool calls, SPEC §6's stop signal
+    # (`early_stop.parse_error_stop`). 0 = no probe.
+    probe_tasks: int = 8
     dtype: Literal["float32", "bfloat16"] = "float32"   # weights and compute
     device: str = "cpu"
     # torch: plain AdamW. deepspeed: the same AdamW under a DeepSpeed engine with ZeRO
@@ -110,7 +114,7 @@ class SFTParams:
 
         if not self.learning_rate > 0:
             bad("learning_rate", "must be > 0", self.learning_rate)
-        for key in ("warmup_steps", "epochs", "max_steps", "eval_every"):
+        for key in ("warmup_steps", "epochs", "max_steps", "eval_every", "probe_tasks"):
             if getattr(self, key) < 0:
                 bad(key, "must be >= 0", getattr(self, key))
         if self.epochs == 0 and self.max_steps == 0:
