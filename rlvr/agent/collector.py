@@ -76,6 +76,18 @@ def episode_specs(task: Task, group_size: int, seed: int,
             for i in range(group_size)]
 
 
+def release(ep: Episode) -> None:
+    """What an episode that will not `finish()` holds, released now: its tool executor (the
+    warm run_tests server, a sandboxed process tree that would otherwise live until garbage
+    collection) and its workspace. Idempotent; `Episode.finish` does the same on success."""
+    try:
+        if ep.executor is not None:
+            ep.executor.close()
+    finally:
+        if ep.workspace is not None:
+            ep.workspace.close()
+
+
 # ---- one generation step ---------------------------------------------------------------------
 def step_token(engine: TokenEngine, episodes: Sequence[Episode], config: EpisodeConfig) -> float:
     """One batched `generate` for every episode that may still generate; turn t of an
@@ -199,8 +211,8 @@ class Collector:
             finally:
                 if ep.done:
                     ep.finish()
-                elif ep.workspace is not None:
-                    ep.workspace.close()
+                else:
+                    release(ep)
             return ep
 
         submitted: list[tuple[int, list[Future]]] = []
@@ -252,7 +264,6 @@ class Collector:
                 f.result()
         except BaseException:
             for ep in everyone:
-                if ep.workspace is not None:
-                    ep.workspace.close()
+                release(ep)
             raise
         return [GroupResult(i, tasks[i], eps[0].spec.group_id, eps) for i, eps in groups]
