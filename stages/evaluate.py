@@ -1,20 +1,23 @@
 """Stage `evaluate`: every checkpoint of `evaluate.checkpoints` on the same seeded tasks of
 each tier with the same sample seeds, verified in the enclave (SPEC §8).
 
-Outputs: `eval.parquet` (one row per evaluated episode), the full report (per checkpoint,
-tier and family; paired differences between checkpoints), compact metrics for DVC (pass@1
-with its interval, parse-error rate and the paired difference per tier), and the pass@k
-curves (CSV for DVC plots, PNG).
+Outputs: `eval.parquet` (one row per evaluated episode) and beside it
+`eval.timings.parquet` (each episode's seconds; no stage depends on it), the full report
+(per checkpoint, tier and family; paired differences between checkpoints; no clock in it),
+compact metrics for DVC (pass@1 with its interval, parse-error rate and the paired
+difference per tier; the seconds spent per checkpoint and tier under `cost`), and the
+pass@k curves (CSV for DVC plots, PNG).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from rlvr.artifacts.io import write_json
+from rlvr.artifacts.io import timings_path, write_json
 from rlvr.errors import exit_on_error
 from rlvr.evaluate.params import load_params
-from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots
+from rlvr.evaluate.report import (build_report, cost_report, eval_timing_rows, pass_at_k_table,
+                                  timings_by_key, write_eval, write_plots)
 from rlvr.evaluate.run import evaluate_checkpoints
 from rlvr.evaluate.sets import build_sets, manifest
 from rlvr.tasks.pool import select_tasks
@@ -55,12 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     inputs = {f"tasks{i}": t for i, t in enumerate(args.tasks)}
     with stage_run("evaluate", params, inputs=inputs, metrics_path=args.metrics) as run:
         rows = evaluate_checkpoints(params.checkpoints, sets, params, sandbox)
-        write_eval(args.out, rows)
+        write_eval(args.out, rows, timings_path=timings_path(args.out))
         report = build_report(rows, checkpoints=list(params.checkpoints), level=params.level,
                               n_boot=params.bootstrap, seed=params.seed)
         write_json(args.report, {**report, "sets": manifest(sets)})
         write_plots(pass_at_k_table(rows), args.png, args.plots)
-        run.log_metrics(headline(report))
+        costs = cost_report(rows, timings_by_key(eval_timing_rows(rows)),
+                            checkpoints=list(params.checkpoints))
+        run.log_metrics({**headline(report), "cost": costs})
     print(f"evaluate: {len(rows)} episodes over {len(sets)} tiers -> {args.out}")
 
 

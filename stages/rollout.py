@@ -3,7 +3,10 @@
 Inputs: one or more tasks Parquet files (curate / synthesize) and a policy directory (its
 tokenizer defines the token ids of every transcript, whatever the engine). Outputs:
 
-* `trajectories.parquet` — one rollout passport per episode (`schemas.TRAJECTORIES`);
+* `trajectories.parquet` — one rollout passport per episode (`schemas.TRAJECTORIES`): the
+  same inputs give the same bytes;
+* `trajectories.timings.parquet` — beside it, each episode's wall-clock measurements
+  (`schemas.TRAJECTORY_TIMINGS`); no stage depends on it;
 * `rollout_patches.parquet` — the diffs of submitted rollouts whose extraction passed, in
   the `schemas.PATCHES` format (candidate_id = trajectory_id, origin rollout:<id>) for
   `verify`;
@@ -17,10 +20,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rlvr.agent.passport import write_trajectories
+from rlvr.agent.passport import timing_rows, write_trajectories
 from rlvr.agent.rollout import load_params, patch_rows, roll_out, summarize
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import write_table
+from rlvr.artifacts.io import timings_path, write_table
 from rlvr.errors import exit_on_error
 from rlvr.tasks.pool import select_tasks
 from rlvr.tracking.stage import stage_run
@@ -47,9 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("rollout", params, inputs=inputs, metrics_path=args.metrics) as run:
         spent: dict = {}
         rows = roll_out(tasks, params, sandbox_params, parts_root, stats=spent)
-        write_trajectories(args.out, rows)
+        write_trajectories(args.out, rows, timings_path=timings_path(args.out))
         write_table(args.patches_out, patch_rows(rows), schemas.PATCHES, contract="patches")
-        run.log_metrics({**summarize(rows), "this_run": spent})
+        timings = {t["trajectory_id"]: t for t in timing_rows(rows)}
+        run.log_metrics({**summarize(rows, timings), "this_run": spent})
         run.log_artifact(args.metrics)
     if not args.keep_parts:
         shutil.rmtree(parts_root, ignore_errors=True)

@@ -5,6 +5,10 @@ back (`rlvr.enclave.batch`). With `--selfcheck`, patches whose origin is `refere
 pass and `empty` must fail, or the stage fails: a verifier that cannot tell them apart must
 stop the pipeline.
 
+The verdicts file holds no measurement (same inputs, same bytes); each verdict's wall and
+CPU seconds and peak RSS go to `<out>.timings.parquet` beside it (`schemas.VERDICT_TIMINGS`),
+which no stage depends on.
+
 With `--trajectories IN --trajectories-out OUT`, the verdicts are written back into the
 rollout passports they judge (candidate_id == trajectory_id, `rlvr.agent.passport.
 apply_verdicts`): OUT is IN with reward_outcome, reward, verdict_reason and
@@ -18,8 +22,9 @@ from pathlib import Path
 from rlvr.agent.passport import (apply_verdicts, outcome_summary, read_trajectories,
                                  write_trajectories)
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import read_table, write_table
-from rlvr.enclave.batch import check_selfcheck, load_params, summarize_verdicts, verify_patches
+from rlvr.artifacts.io import read_table, timings_path
+from rlvr.enclave.batch import (check_selfcheck, load_params, summarize_verdicts,
+                                verdict_timing_rows, verify_patches, write_verdicts)
 from rlvr.errors import exit_on_error
 from rlvr.tasks.pool import load_tasks
 from rlvr.tracking.stage import stage_run
@@ -55,13 +60,14 @@ def main(argv: list[str] | None = None) -> None:
         rows = verify_patches(tasks, patches, params, sandbox, where=str(args.patches))
         if args.selfcheck:
             check_selfcheck(rows)
-        metrics = summarize_verdicts(rows)
+        metrics = summarize_verdicts(
+            rows, timings={t["candidate_id"]: t for t in verdict_timing_rows(rows)})
         scored = None
         if rollouts is not None:  # joined before anything is written: a mismatch writes nothing
             scored = apply_verdicts(rollouts, rows,
                                     where=f"{args.patches} vs {args.trajectories}")
             metrics["trajectories"] = outcome_summary(scored)
-        write_table(args.out, rows, schemas.VERDICTS, contract="verdicts")
+        write_verdicts(args.out, rows, timings_path=timings_path(args.out))
         if scored is not None:
             write_trajectories(args.trajectories_out, scored)
         run.log_metrics(metrics)

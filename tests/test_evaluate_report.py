@@ -12,8 +12,9 @@ from rlvr.config import parse
 from rlvr.errors import ArtifactError, ConfigError
 from rlvr.evaluate.metrics import PairingError, pass_at_k
 from rlvr.evaluate.params import EvaluateParams, TierSizes
-from rlvr.evaluate.report import (UnscoredPassport, build_report, check_pairing, eval_rows,
-                                  pass_at_k_table, read_eval, summarize, write_eval,
+from rlvr.evaluate.report import (UnscoredPassport, build_report, check_pairing, cost_report,
+                                  eval_rows, eval_timing_rows, pass_at_k_table, read_eval,
+                                  read_eval_timings, summarize, timings_by_key, write_eval,
                                   write_plots)
 from rlvr.evaluate.sets import build_sets, fingerprint, manifest, tier_of
 from rlvr.tasks.model import Task
@@ -114,7 +115,11 @@ def test_summary_costs_and_parse_errors():
     assert s["parse_error_rate"] == pytest.approx(4 / 16)
     assert s["tokens_per_solved"] == pytest.approx(1200.0)
     assert s["generated_tokens_per_solved"] == pytest.approx(150.0)
-    assert s["seconds_per_solved"] == pytest.approx(6.0)
+    assert "seconds_per_solved" not in s  # no clock without the timings
+    timed = summarize(rows, timings=timings_by_key(eval_timing_rows(rows)))
+    assert timed["seconds_per_solved"] == pytest.approx(6.0)
+    assert timed["seconds_mean"] == pytest.approx(2.0)
+    assert {k: v for k, v in timed.items() if "seconds" not in k} == s
     assert s["stop_reasons"] == {"submitted": 3}
     # per-task mean: (1/2 + 0) / 2
     assert s["pass_at_1"] == pytest.approx(0.25)
@@ -169,6 +174,36 @@ def test_eval_parquet_round_trip_and_contract(tmp_path):
     with pytest.raises(ArtifactError, match="tier"):
         write_table(tmp_path / "bad.parquet", [dict(rows[0], tier="nope")], EVAL,
                     contract="eval")
+
+
+def test_eval_timings_live_in_a_sidecar_and_only_metrics_read_them(tmp_path):
+    """eval.parquet and the report are functions of the outcomes: two evaluations that
+    differ only in their clocks write the same eval.parquet bytes and the same report."""
+    rows = (_checkpoint_rows("init", {"a": 0, "b": 1, "h": 0})
+            + _checkpoint_rows("sft", {"a": 3, "b": 4, "h": 1}))
+    slower = [dict(r, seconds=r["seconds"] * 3 + 1) for r in rows]
+    for name, group in (("a", rows), ("b", slower)):
+        write_eval(tmp_path / f"{name}.parquet", group,
+                   timings_path=tmp_path / f"{name}.timings.parquet")
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert "seconds" not in EVAL.names
+    timings = read_eval_timings(tmp_path / "a.timings.parquet")
+    assert timings == timings_by_key(eval_timing_rows(rows))
+    assert len(timings) == len(rows)
+    assert build_report(rows, n_boot=50) == build_report(slower, n_boot=50)
+    timed = build_report(rows, n_boot=50, timings=timings)
+    sft = timed["checkpoints"]["sft"]["tiers"]["train"]
+    assert sft["seconds_per_solved"] == pytest.approx(2.0 * 8 / 7)  # 8 episodes, 7 solved
+    costs = cost_report(rows, timings, checkpoints=["init", "sft"])
+    assert list(costs) == ["init", "sft"] and set(costs["sft"]) == {"train", "heldout"}
+    assert costs["sft"]["train"]["seconds_per_solved"] == pytest.approx(sft["seconds_per_solved"])
+    assert costs["init"]["heldout"]["seconds_per_solved"] is None  # nothing solved
+    with pytest.raises(ArtifactError, match="no timings"):
+        summarize(rows, timings={})
+    with pytest.raises(ArtifactError, match="no episode timings"):  # passports read from disk
+        write_eval(tmp_path / "c.parquet", [dict(rows[0], seconds=None)],
+                   timings_path=tmp_path / "c.timings.parquet")
+    assert not (tmp_path / "c.parquet").exists()
 
 
 def test_pass_at_k_plots_csv_and_png(tmp_path):

@@ -13,7 +13,8 @@ from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts.schemas import EVAL
 from rlvr.engines.local_policy import build_tiny_policy
 from rlvr.evaluate.params import EvaluateParams, TierSizes
-from rlvr.evaluate.report import build_report, check_pairing, read_eval, summarize, write_eval
+from rlvr.evaluate.report import (build_report, check_pairing, read_eval, read_eval_timings,
+                                  summarize, write_eval)
 from rlvr.evaluate.run import evaluate_checkpoint, evaluate_checkpoints
 from rlvr.evaluate.sets import build_sets
 from rlvr.sandbox.params import SandboxParams
@@ -64,9 +65,12 @@ def test_two_checkpoints_of_the_tiny_policy_are_evaluated_paired(tmp_path, bwrap
     rows = evaluate_checkpoints(ckpts, sets, params, SANDBOX, parts_root=tmp_path / "parts",
                                 stats=stats)
     assert len(rows) == 2 * 2 * 2  # checkpoints x tasks x samples
-    write_eval(tmp_path / "eval.parquet", rows)
+    write_eval(tmp_path / "eval.parquet", rows, timings_path=tmp_path / "eval.timings.parquet")
     back = read_eval(tmp_path / "eval.parquet")
     assert [set(r) for r in back] == [set(EVAL.names)] * len(rows)
+    # each episode's seconds are in the sidecar, keyed like its row
+    timings = read_eval_timings(tmp_path / "eval.timings.parquet")
+    assert set(timings) == {(r["checkpoint"], r["run"], r["trajectory_id"]) for r in back}
     # Identical (task, seed) sets per tier; different weights.
     assert check_pairing(rows) == {"train": 2, "heldout": 2}
     keys = {name: sorted((r["tier"], r["task_id"], r["sample_index"], r["seed"],

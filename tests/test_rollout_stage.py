@@ -102,6 +102,35 @@ def test_stage_writes_passports_patches_and_metrics(tmp_path, tasks_file, bwrap_
     assert not (out / ".rollout_parts").exists()  # checkpoint removed after success
 
 
+def test_a_rerun_writes_byte_identical_artifacts_and_only_the_timings_differ(
+        tmp_path, tasks_file, bwrap_sandbox):
+    """What `dvc.lock` needs on a fresh clone: the same inputs give the same artifact bytes
+    (so no later stage is stale); every clock reading is in the timings sidecar."""
+    import pyarrow.parquet as pq
+
+    from rlvr.agent.passport import read_trajectory_timings
+
+    params = write_params(tmp_path / "params.yaml")
+    a = run_stage(tmp_path, params, tasks_file, "a")
+    b = run_stage(tmp_path, params, tasks_file, "b")
+    for name in ("trajectories.parquet", "rollout_patches.parquet"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    names = pq.read_schema(a / "trajectories.parquet").names
+    assert not set(schemas.TRAJECTORY_TIMING_COLUMNS) & set(names)
+    rows = read_trajectories(a / "trajectories.parquet").to_pylist()
+    timings = [read_trajectory_timings(out / "trajectories.timings.parquet") for out in (a, b)]
+    for got in timings:
+        assert set(got) == {r["trajectory_id"] for r in rows}
+        for r in rows:  # one tool and one generation figure per turn
+            assert len(got[r["trajectory_id"]]["tool_latency_s"]) == r["n_turns"]
+            assert len(got[r["trajectory_id"]]["gen_seconds"]) == r["n_turns"]
+    metrics = json.loads((a / "rollout.json").read_text())
+    assert metrics["tool_seconds_sum"] == pytest.approx(
+        sum(s for t in timings[0].values() for s in t["tool_latency_s"]), abs=2e-3)
+    assert metrics["episode_seconds"]["max"] == pytest.approx(
+        max(t["wall_seconds"] for t in timings[0].values()), abs=2e-3)
+
+
 def test_resume_after_interruption_gives_the_uninterrupted_result(tmp_path, tasks_file,
                                                                   bwrap_sandbox):
     params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
@@ -124,6 +153,11 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(tmp_path, task
                            on_group_written=rerun.append)
     assert len(rerun) == 1 and rerun[0] not in written  # nothing redone, nothing lost
     assert same(resumed, reference)
+    # the resumed groups keep the timings they were measured with (the shards hold them)
+    from rlvr.agent.passport import timing_rows
+
+    assert [t["trajectory_id"] for t in timing_rows(resumed)] == [r["trajectory_id"]
+                                                                  for r in reference]
 
 
 def test_resume_with_the_torch_policy_replays_partial_waves(tmp_path, tasks_file,

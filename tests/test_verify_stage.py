@@ -158,6 +158,27 @@ def test_verdicts_are_written_back_into_the_passports(pools, tmp_path, capsys, m
     assert summary["infra_errors"] == 0
     assert summary["success_rate_excluding_infra"] == summary["success_rate"]
 
+    # A rerun on the same inputs writes the same verdict and passport bytes (what dvc.lock
+    # needs); each verdict's seconds, CPU and RSS are in the sidecar, which may differ.
+    from rlvr.enclave.batch import read_verdict_timings
+
+    out2, traj_out2 = tmp_path / "again" / "v.parquet", tmp_path / "again" / "scored.parquet"
+    verify.main(["--params", str(tmp_path / "params.yaml"),
+                 "--tasks", str(paths[0]), "--tasks", str(paths[1]),
+                 "--patches", str(tmp_path / "p.parquet"), "--out", str(out2),
+                 "--metrics", str(tmp_path / "m2.json"),
+                 "--trajectories", str(traj_in), "--trajectories-out", str(traj_out2)])
+    assert out2.read_bytes() == out.read_bytes()
+    assert traj_out2.read_bytes() == traj_out.read_bytes()
+    for path in (out, out2):
+        timings = read_verdict_timings(path.with_name("v.timings.parquet"))
+        assert set(timings) == set(verdicts)
+        assert all(t["cpu_seconds"] is not None and t["max_rss_kb"] for t in timings.values())
+    assert summary["wall_seconds_total"] == pytest.approx(
+        sum(t["wall_seconds"] for t in read_verdict_timings(
+            out.with_name("v.timings.parquet")).values()), abs=2e-3)
+    assert not set(schemas.VERDICT_TIMING_COLUMNS) & set(schemas.VERDICTS.names)
+
     # the pair goes together; a trajectories file the verdicts do not belong to writes nothing
     with pytest.raises(SystemExit) as exc:
         verify.main(["--params", str(tmp_path / "params.yaml"), "--tasks", str(paths[0]),

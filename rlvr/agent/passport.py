@@ -1,11 +1,17 @@
 """The rollout passport (SPEC §3): one `trajectories.parquet` row per episode, and the
 checks that make it trustworthy without regeneration.
 
-* `passport_row(episode)` — the row (schema `schemas.TRAJECTORIES`).
+* `passport_row(episode)` — the row (schema `schemas.TRAJECTORIES`) with the episode's
+  wall-clock fields (`schemas.TRAJECTORY_TIMING_COLUMNS`) beside it: in memory a passport
+  is the whole record; on disk the timings go to a sidecar (`timing_rows`).
 * `check_alignment(table)` — what the column contract cannot express: per row,
   len(token_ids) == len(loss_mask) == len(logprobs) == len(turn_ids) == n_tokens.
   `write_trajectories` / `read_trajectories` run it with the data contract; every consumer
   should read through `read_trajectories`.
+* `write_trajectories(path, rows, timings_path=...)` writes the passports without their
+  timings — a function of the run's inputs, byte-identical on a rerun, so the stages that
+  depend on it are not made stale by a clock — and the timings to `timings_path`
+  (`schemas.TRAJECTORY_TIMINGS`, read back by `read_trajectory_timings`).
 * `rebuild_check(row) -> list[str]` — recomputes from the stored row alone the trainable-token
   count, each turn's logprob (sum of its token logprobs), the stop reason (replaying the
   budget / invalid-action / repetition rules) and the reward fields; every disagreement is a
@@ -40,7 +46,7 @@ from rlvr.agent.repetition import RepetitionParams, first_repetition
 from rlvr.rl.reward import (format_reward, length_fraction, rollout_outcome,
                             trajectory_reward)
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import read_table, write_table
+from rlvr.artifacts.io import as_table, read_table, write_tables
 from rlvr.errors import ArtifactError
 from rlvr.tasks.patches import PATCH_POLICY_VERSION
 
@@ -49,7 +55,7 @@ REWARD_TOL = 1e-9
 
 
 def passport_row(ep: Episode) -> dict[str, Any]:
-    """The passport of a finished episode."""
+    """The passport of a finished episode, its timing fields included (module docstring)."""
     spec, cfg, tr = ep.spec, ep.cfg, ep.transcript
     budgets = cfg.budgets
     n_valid = sum(t.action_valid for t in ep.turns)
@@ -254,6 +260,21 @@ def deterministic_view(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 
+def timing_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The `schemas.TRAJECTORY_TIMINGS` rows of in-memory passports (`passport_row`); a row
+    read back from a trajectories file has none (ArtifactError naming the trajectory)."""
+    out = []
+    for r in rows:
+        missing = [c for c in schemas.TRAJECTORY_TIMING_COLUMNS if c not in r]
+        if missing:
+            raise ArtifactError(f"trajectory {r.get('trajectory_id')!r}: no timing field(s) "
+                                f"{missing} (a passport read from disk keeps its timings in "
+                                "the sidecar)")
+        out.append({"trajectory_id": r["trajectory_id"],
+                    **{c: r[c] for c in schemas.TRAJECTORY_TIMING_COLUMNS}})
+    return out
+
+
 # ---- table-level checks -----------------------------------------------------------------------
 def check_alignment(table: pa.Table, where: str) -> None:
     cols = {c: table.column(c).to_pylist() for c in
@@ -268,13 +289,19 @@ def check_alignment(table: pa.Table, where: str) -> None:
 
 
 def write_trajectories(path: Path | str, rows: list[dict[str, Any]], *,
+                       timings_path: Path | str | None = None,
                        contract: bool = True) -> pa.Table:
-    """Atomic write with the schema, the alignment check and (unless `contract=False`, for
-    intermediate checkpoint shards) the data contract."""
-    table = pa.Table.from_pylist(rows, schema=schemas.TRAJECTORIES)
+    """Atomic write of the passports (the `schemas.TRAJECTORIES` columns: timing fields are
+    left out) with the schema, the alignment check and (unless `contract=False`) the data
+    contract. `timings_path`: also write the rows' timings there (`timing_rows`), checked
+    before either file is written, so a bad timing field writes nothing."""
+    table = as_table(rows, schemas.TRAJECTORIES, str(path))
     check_alignment(table, str(path))
-    return write_table(path, table, schemas.TRAJECTORIES,
-                       contract="trajectories" if contract else None)
+    parts = [(path, table, schemas.TRAJECTORIES, "trajectories" if contract else None)]
+    if timings_path is not None:
+        parts.append((timings_path, timing_rows(rows), schemas.TRAJECTORY_TIMINGS,
+                      "trajectory_timings"))
+    return write_tables(parts)[0]
 
 
 def read_trajectories(path: Path | str, *, contract: bool = True) -> pa.Table:
@@ -282,6 +309,12 @@ def read_trajectories(path: Path | str, *, contract: bool = True) -> pa.Table:
                        contract="trajectories" if contract else None)
     check_alignment(table, str(path))
     return table
+
+
+def read_trajectory_timings(path: Path | str) -> dict[str, dict[str, Any]]:
+    """trajectory_id -> its timing row, from a timings sidecar (`write_trajectories`)."""
+    table = read_table(path, schemas.TRAJECTORY_TIMINGS, contract="trajectory_timings")
+    return {r["trajectory_id"]: r for r in table.to_pylist()}
 
 
 # ---- the rebuild check --------------------------------------------------------------------------

@@ -11,13 +11,18 @@ holds and a `sampling_round` per re-sampling of the same tasks.
   fixed order (task order, then sample index);
 * `patch_rows(rows)` — the submitted diffs the extraction policy passed, as `schemas.PATCHES`
   rows (candidate_id = trajectory_id) for the verifier;
-* `summarize(rows)` — stop-reason rates, parse errors, lengths, tokens, tool statuses.
+* `summarize(rows, timings=None)` — stop-reason rates, parse errors, lengths, tokens, tool
+  statuses; with `timings` (trajectory_id -> `schemas.TRAJECTORY_TIMINGS` row) tool seconds.
+
+The rows carry their timing fields (`passport.passport_row`); the stage writes them to the
+timings sidecar, apart from the passports (`passport.write_trajectories`).
 
 Resumable: each finished group (token engines: each finished wave of groups) is written
-atomically as its own Parquet shard under `parts_root/<fingerprint>/`, where the fingerprint
-covers params, sandbox, tasks, policy version, environment version, tokenizer and sampling
-round; a rerun after an interruption skips what is on disk, and the rows are assembled from
-the shards in a fixed order — identical (up to wall-clock columns) to an uninterrupted run.
+atomically as its own Parquet shard (`schemas.TRAJECTORY_SHARD`: passports with their
+timings) under `parts_root/<fingerprint>/`, where the fingerprint covers params, sandbox,
+tasks, policy version and step, environment version, tokenizer and sampling round; a rerun
+after an interruption skips what is on disk, and the rows are assembled from the shards in a
+fixed order — identical (up to wall-clock columns) to an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -29,19 +34,21 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
+
+import pyarrow as pa
 
 from rlvr.agent.collector import Collector, GroupResult, group_id_for
 from rlvr.agent.episode import Budgets, EpisodeConfig, env_version
-from rlvr.agent.passport import (needs_verdict, parse_error_rate, passport_row,
-                                 read_trajectories, rebuild_check, write_trajectories)
+from rlvr.agent.passport import (check_alignment, needs_verdict, parse_error_rate,
+                                 passport_row, rebuild_check)
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import file_sha256
+from rlvr.artifacts.io import file_sha256, read_table, write_table
 from rlvr.config import as_dict, load_section
-from rlvr.engines.base import Decoding
-from rlvr.errors import ConfigError, RlvrError
+from rlvr.engines.base import Decoding, TokenEngine
+from rlvr.errors import ArtifactError, ConfigError, RlvrError
 from rlvr.progress import progress
 from rlvr.rl.reward import RewardParams
 from rlvr.sandbox.params import SandboxParams
@@ -135,6 +142,20 @@ def part_path(parts: Path, group_id: str) -> Path:
     return parts / f"{hashlib.sha256(group_id.encode()).hexdigest()[:24]}.parquet"
 
 
+def write_shard(path: Path, rows: list[dict]) -> None:
+    """A checkpoint shard: passports and their timings in one file (schema + alignment; the
+    data contract runs once, on the assembled artifact)."""
+    table = pa.Table.from_pylist(rows, schema=schemas.TRAJECTORY_SHARD)
+    check_alignment(table, str(path))
+    write_table(path, table, schemas.TRAJECTORY_SHARD)
+
+
+def read_shard(path: Path) -> list[dict]:
+    table = read_table(path, schemas.TRAJECTORY_SHARD)
+    check_alignment(table, str(path))
+    return table.to_pylist()
+
+
 def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxParams,
              parts_root: Path | None, *, engine=None, sandbox=None, sampling_round: int = 0,
              on_group_written: Callable[[str], None] | None = None,
@@ -193,9 +214,7 @@ def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
                 if problems:
                     raise RolloutFailed(f"rollout {row['trajectory_id']}: passport does not "
                                         f"rebuild: {'; '.join(problems[:3])}")
-            # a shard is a checkpoint: schema + alignment + rebuild checks; the data
-            # contract runs once, on the assembled artifact
-            write_trajectories(part_path(parts, result.group_id), rows, contract=False)
+            write_shard(part_path(parts, result.group_id), rows)  # + rebuild checks above
             bar.update(1)
             if on_group_written is not None:
                 on_group_written(result.group_id)
@@ -210,7 +229,7 @@ def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
         stats["groups_resumed"] = len(done)
     rows: list[dict] = []
     for gid in gids:
-        group = read_trajectories(part_path(parts, gid), contract=False).to_pylist()
+        group = read_shard(part_path(parts, gid))
         rows += sorted(group, key=lambda r: r["sample_index"])
     return rows
 
@@ -223,7 +242,12 @@ def patch_rows(rows: list[dict]) -> list[dict]:
             for r in rows if needs_verdict(r)]
 
 
-def summarize(rows: list[dict]) -> dict[str, Any]:
+def summarize(rows: list[dict], timings: Mapping[str, Mapping[str, Any]] | None = None
+              ) -> dict[str, Any]:
+    """The rollout metrics of passport rows. `timings` (trajectory_id -> its
+    `schemas.TRAJECTORY_TIMINGS` row: `passport.read_trajectory_timings`, or
+    `{t["trajectory_id"]: t for t in timing_rows(rows)}` in memory) adds the wall-clock
+    numbers; without it they are left out (a passport holds no clock)."""
     n = len(rows)
     turns = [t for r in rows for t in r["turns"]]
     gen = [r["n_trainable_tokens"] for r in rows]
@@ -241,7 +265,7 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
 
     stops = Counter(r["stop_reason"] for r in rows)
     submitted = [r for r in rows if r["stop_reason"] == "submitted"]
-    return {
+    out = {
         "rollouts": n,
         "groups": len({r["group_id"] for r in rows}),
         "tasks": len({r["task_id"] for r in rows}),
@@ -264,5 +288,13 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "total_tokens": dist(total),
         "tokens_generated_sum": sum(gen),
         "tokens_total_sum": sum(total),
-        "tool_seconds_sum": round(sum(s for r in rows for s in r["tool_latency_s"]), 3),
     }
+    if timings is not None:
+        missing = [r["trajectory_id"] for r in rows if r["trajectory_id"] not in timings]
+        if missing:
+            raise ArtifactError(f"no timings for {len(missing)} trajectory(ies), e.g. "
+                                f"{missing[0]!r}")
+        mine = [timings[r["trajectory_id"]] for r in rows]
+        out["tool_seconds_sum"] = round(sum(s for t in mine for s in t["tool_latency_s"]), 3)
+        out["episode_seconds"] = dist([t["wall_seconds"] for t in mine])
+    return out

@@ -44,25 +44,50 @@ def write_json(path: Path | str, obj) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def as_table(rows: Iterable[dict] | pa.Table, schema: pa.Schema, where: str) -> pa.Table:
+    """`rows` as a table of exactly `schema` (keys outside it are left out); a row that does
+    not fit is an ArtifactError naming `where`."""
+    if isinstance(rows, pa.Table):
+        return rows.select(schema.names).cast(schema)
+    try:
+        return pa.Table.from_pylist(list(rows), schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"{where}: rows do not fit the schema: {exc}") from None
+
+
 def write_table(path: Path | str, rows: Iterable[dict] | pa.Table, schema: pa.Schema,
                 contract: str | None = None) -> pa.Table:
     """Write rows as Parquet with exactly `schema`; check the data contract before the rename."""
-    if isinstance(rows, pa.Table):
-        table = rows.select(schema.names).cast(schema)
-    else:
-        try:
-            table = pa.Table.from_pylist(list(rows), schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
-            raise ArtifactError(f"{path}: rows do not fit the schema: {exc}") from None
-    if contract:
-        from rlvr.artifacts.contracts import check
+    return write_tables([(path, rows, schema, contract)])[0]
 
-        check(contract, table, where=str(path))
-    with atomic_path(path, suffix=".parquet") as tmp:
-        # No timestamps or writer noise in the file: same rows -> byte-identical artifact.
-        pq.write_table(table, tmp, compression="zstd", write_statistics=False,
-                       store_schema=True)
-    return table
+
+def write_tables(parts: Iterable[tuple[Path | str, Iterable[dict] | pa.Table, pa.Schema,
+                                       str | None]]) -> list[pa.Table]:
+    """Several files of one stage (an artifact and its timings sidecar): every
+    (path, rows, schema, contract) is built and checked before the first file is written,
+    so a bad row in any of them leaves all the previous files in place."""
+    from rlvr.artifacts.contracts import check
+
+    tables = []
+    for path, rows, schema, contract in parts:
+        table = as_table(rows, schema, str(path))
+        if contract:
+            check(contract, table, where=str(path))
+        tables.append((path, table))
+    for path, table in tables:
+        with atomic_path(path, suffix=".parquet") as tmp:
+            # No timestamps or writer noise in the file: same rows -> byte-identical artifact.
+            pq.write_table(table, tmp, compression="zstd", write_statistics=False,
+                           store_schema=True)
+    return [table for _, table in tables]
+
+
+def timings_path(path: Path | str) -> Path:
+    """Where the timings sidecar of artifact `path` lives: `x.parquet` -> `x.timings.parquet`
+    (`schemas` "timings sidecars": the run-to-run-varying measurements of its rows)."""
+    path = Path(path)
+    stem = path.name[:-len(".parquet")] if path.name.endswith(".parquet") else path.name
+    return path.with_name(f"{stem}.timings.parquet")
 
 
 def read_table(path: Path | str, schema: pa.Schema, contract: str | None = None) -> pa.Table:

@@ -110,8 +110,6 @@ VERDICTS = pa.schema(
         ("reason", pa.string()),
         ("runs", pa.int32()),
         ("verifier_version", pa.string()),
-        ("wall_seconds", pa.float64()),
-        ("resources", pa.string()),
         ("safety_flags", pa.list_(pa.string())),
         ("seed", pa.int64()),
     ]
@@ -200,14 +198,9 @@ TRAJECTORIES = pa.schema(
         ("patch_ok", pa.bool_()),
         ("patch_reason", pa.string()),
         ("patch_check", pa.string()),              # JSON of the PatchCheck
-        # wall-clock fields: the only columns that differ between two identical runs
-        ("tool_latency_s", pa.list_(pa.float64())),
-        ("gen_seconds", pa.list_(pa.float64())),
-        ("started_at", pa.float64()),
-        ("wall_seconds", pa.float64()),
+        # (wall-clock measurements are in the timings sidecar: TRAJECTORY_TIMINGS)
     ]
 )
-TRAJECTORY_TIMING_COLUMNS = ("tool_latency_s", "gen_seconds", "started_at", "wall_seconds")
 register("trajectories", [
     # Column rules only: per-row consistency (token alignment, masks, logprob sums, stop
     # reason, reward) is rlvr.agent.passport.check_alignment / rebuild_check. Kept short:
@@ -245,7 +238,6 @@ EVAL = pa.schema(
         ("n_invalid_actions", pa.int32()),  # turns whose action did not parse (passport.invalid_turns)
         ("n_trainable_tokens", pa.int32()),  # policy-generated tokens
         ("n_tokens", pa.int32()),            # whole transcript
-        ("seconds", pa.float64()),           # episode wall seconds (a timing column)
         ("trajectory_id", pa.string()),
         ("policy_version", pa.string()),
         ("policy_step", pa.int64()),
@@ -263,6 +255,66 @@ register("eval", [
     between("n_turns", 0, None),
     between("n_invalid_actions", 0, None),
     between("n_trainable_tokens", 0, None),
+])
+
+# ---- timings sidecars (rollout, verify, evaluate) -------------------------------------------
+# What varies between two identical runs (wall-clock and CPU seconds, peak memory, start
+# times) lives beside an artifact, never in it: `<artifact>.timings.parquet`
+# (`io.timings_path`), keyed like its artifact's rows and written by the same stage. The
+# artifact itself is then a function of its inputs (same inputs -> byte-identical file), so
+# a rerun on another machine leaves every downstream stage's DVC dependencies unchanged.
+# No stage depends on a sidecar; reports read it for their cost numbers (metrics only).
+TRAJECTORY_TIMINGS = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("tool_latency_s", pa.list_(pa.float64())),  # per turn: the tool call (0: none)
+        ("gen_seconds", pa.list_(pa.float64())),     # per turn: the generate call it joined
+        ("started_at", pa.float64()),                # unix time the episode started
+        ("wall_seconds", pa.float64()),              # start -> workspace released
+    ]
+)
+TRAJECTORY_TIMING_COLUMNS = tuple(TRAJECTORY_TIMINGS.names[1:])
+register("trajectory_timings", [
+    *not_null("trajectory_id", "wall_seconds"),
+    unique("trajectory_id"),
+    between("wall_seconds", 0.0, None),
+])
+# A rollout checkpoint shard (rlvr.agent.rollout) holds a passport with its timings, so a
+# resumed run reports the timings of the groups it did not redo; never a DVC artifact.
+TRAJECTORY_SHARD = pa.schema(list(TRAJECTORIES) + list(TRAJECTORY_TIMINGS)[1:])
+
+VERDICT_TIMINGS = pa.schema(
+    [
+        ("candidate_id", pa.string()),
+        ("wall_seconds", pa.float64()),   # the verdict, consensus runs included
+        ("cpu_seconds", pa.float64()),    # CPU of every suite run (`Verdict.resources`)
+        ("max_rss_kb", pa.int64()),       # peak RSS over its suite runs
+    ]
+)
+VERDICT_TIMING_COLUMNS = tuple(VERDICT_TIMINGS.names[1:])
+register("verdict_timings", [
+    *not_null("candidate_id", "wall_seconds"),
+    unique("candidate_id"),
+    between("wall_seconds", 0.0, None),
+    between("cpu_seconds", 0.0, None),
+    between("max_rss_kb", 0, None),
+])
+
+EVAL_TIMINGS = pa.schema(
+    [
+        ("checkpoint", pa.string()),
+        ("run", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("seconds", pa.float64()),        # episode wall seconds
+        ("tool_seconds", pa.float64()),   # of which in tool calls
+        ("gen_seconds", pa.float64()),    # generate calls the episode took part in
+    ]
+)
+EVAL_TIMING_COLUMNS = tuple(EVAL_TIMINGS.names[3:])
+register("eval_timings", [
+    *not_null("checkpoint", "run", "trajectory_id", "seconds"),
+    unique_together("checkpoint", "run", "trajectory_id"),
+    between("seconds", 0.0, None),
 ])
 
 # ---- SFT demonstrations (sft): kept rollouts and the log of every dropped one (SPEC §6) ------

@@ -10,24 +10,30 @@ rlvr/teachers, rlvr/train) never imports it, it only reads the verdict rows.
   id (not its position), so verdicts don't change when the patches file is reordered or
   extended;
 * `verify_patches(tasks, patches, params, sandbox) -> list[dict]` — one `schemas.VERDICTS`
-  row per patch row, in the same order;
-* `summarize_verdicts(rows)` — success rates (with and without infra errors in the
-  denominator), reasons, per-origin rates;
+  row per patch row, in the same order, with the verdict's measurements beside it
+  (`schemas.VERDICT_TIMING_COLUMNS`: wall and CPU seconds, peak RSS);
+* `write_verdicts(path, rows, timings_path=...)` — the verdicts without their measurements
+  (same patches, params and verifier -> the same bytes, so a rerun does not make the stages
+  that read verdicts stale) and the measurements to the timings sidecar
+  (`schemas.VERDICT_TIMINGS`, `read_verdict_timings`);
+* `summarize_verdicts(rows, timings=None)` — success rates (with and without infra errors
+  in the denominator), reasons, per-origin rates; with `timings`, the seconds spent;
 * `check_selfcheck(rows)` — a `reference` patch must pass and an `empty` one must fail, or
   `SelfCheckFailed`: a verifier that cannot tell them apart must stop the pipeline.
 """
 from __future__ import annotations
 
-import json
 import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from rlvr.artifacts import schemas
+from rlvr.artifacts.io import read_table, write_tables
 from rlvr.config import load_section
 from rlvr.enclave.core import Enclave
-from rlvr.errors import RlvrError, UnknownTaskError
+from rlvr.errors import ArtifactError, RlvrError, UnknownTaskError
 from rlvr.progress import progress
 from rlvr.sandbox.params import SandboxParams
 from rlvr.seeds import derive_seed
@@ -79,10 +85,54 @@ def verify_patches(tasks: Sequence[Task], patches: Sequence[Mapping], params: Ve
         "task_id": row["task_id"], "candidate_id": row["candidate_id"],
         "origin": row["origin"], "success": verdict.success, "reason": verdict.reason,
         "runs": verdict.runs, "verifier_version": verdict.verifier_version,
-        "wall_seconds": verdict.wall_seconds,
-        "resources": json.dumps(verdict.resources, sort_keys=True),
         "safety_flags": list(verdict.safety_flags), "seed": params.seed,
+        **_measurements(verdict.wall_seconds, verdict.resources),
     } for row, verdict in zip(patches, verdicts)]
+
+
+def _measurements(wall_seconds: float, resources: Mapping[str, Any]) -> dict[str, Any]:
+    """A verdict's run-to-run-varying numbers (`schemas.VERDICT_TIMING_COLUMNS`); a verdict
+    that ran no suite (an infra error before the first run) has no CPU or RSS figure."""
+    cpu, rss = resources.get("cpu_seconds"), resources.get("max_rss_kb")
+    return {"wall_seconds": float(wall_seconds),
+            "cpu_seconds": None if cpu is None else float(cpu),
+            "max_rss_kb": None if rss is None else int(rss)}
+
+
+def verdict_timing_rows(rows: Sequence[Mapping]) -> list[dict]:
+    """The `schemas.VERDICT_TIMINGS` rows of in-memory verdict rows (`verify_patches`)."""
+    out = []
+    for r in rows:
+        missing = [c for c in schemas.VERDICT_TIMING_COLUMNS if c not in r]
+        if missing:
+            raise ArtifactError(f"verdict {r.get('candidate_id')!r}: no timing field(s) "
+                                f"{missing} (a verdict read from disk keeps them in the "
+                                "sidecar)")
+        out.append({"candidate_id": r["candidate_id"],
+                    **{c: r[c] for c in schemas.VERDICT_TIMING_COLUMNS}})
+    return out
+
+
+def write_verdicts(path: Path | str, rows: Sequence[Mapping], *,
+                   timings_path: Path | str | None = None) -> None:
+    """`rows` as `schemas.VERDICTS` (measurements left out) through the data contract, and
+    with `timings_path` their measurements as `schemas.VERDICT_TIMINGS`; both tables are
+    checked before either file is written."""
+    parts = [(path, rows, schemas.VERDICTS, "verdicts")]
+    if timings_path is not None:
+        parts.append((timings_path, verdict_timing_rows(rows), schemas.VERDICT_TIMINGS,
+                      "verdict_timings"))
+    write_tables(parts)
+
+
+def read_verdicts(path: Path | str) -> list[dict]:
+    return read_table(path, schemas.VERDICTS, contract="verdicts").to_pylist()
+
+
+def read_verdict_timings(path: Path | str) -> dict[str, dict]:
+    """candidate_id -> its measurements, from a verdicts timings sidecar."""
+    table = read_table(path, schemas.VERDICT_TIMINGS, contract="verdict_timings")
+    return {r["candidate_id"]: r for r in table.to_pylist()}
 
 
 def _rates(rows: Sequence[Mapping]) -> dict:
@@ -98,11 +148,15 @@ def _rates(rows: Sequence[Mapping]) -> dict:
     }
 
 
-def summarize_verdicts(rows: Sequence[Mapping]) -> dict:
+def summarize_verdicts(rows: Sequence[Mapping],
+                       timings: Mapping[str, Mapping] | None = None) -> dict:
+    """The verify metrics. `timings` (candidate_id -> `schemas.VERDICT_TIMINGS` row:
+    `read_verdict_timings`, or `{t["candidate_id"]: t for t in verdict_timing_rows(rows)}`)
+    adds the seconds spent; without it they are left out."""
     by_origin = {origin: _rates([r for r in rows if r["origin"].split(":")[0] == origin])
                  for origin in sorted({r["origin"].split(":")[0] for r in rows})}
     overall = _rates(rows)
-    return {
+    out = {
         "verdicts": overall["n"],
         "success_rate": overall["success_rate"],
         "infra_errors": overall["infra_errors"],
@@ -110,8 +164,17 @@ def summarize_verdicts(rows: Sequence[Mapping]) -> dict:
         "runs_total": sum(r["runs"] for r in rows),
         "reasons": dict(sorted(Counter(r["reason"] for r in rows).items())),
         "by_origin": by_origin,
-        "wall_seconds_total": round(sum(r["wall_seconds"] for r in rows), 3),
     }
+    if timings is not None:
+        missing = [r["candidate_id"] for r in rows if r["candidate_id"] not in timings]
+        if missing:
+            raise ArtifactError(f"no timings for {len(missing)} verdict(s), e.g. "
+                                f"{missing[0]!r}")
+        mine = [timings[r["candidate_id"]] for r in rows]
+        out["wall_seconds_total"] = round(sum(t["wall_seconds"] for t in mine), 3)
+        out["cpu_seconds_total"] = round(sum(t["cpu_seconds"] or 0.0 for t in mine), 3)
+        out["max_rss_kb"] = max((t["max_rss_kb"] or 0 for t in mine), default=0)
+    return out
 
 
 def check_selfcheck(rows: Sequence[Mapping]) -> None:

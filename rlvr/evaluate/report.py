@@ -1,14 +1,21 @@
 """Evaluation rows and the report made of them (SPEC §8).
 
 * `eval_rows(passports, checkpoint, tiers, run="")` — scored rollout passports (rows of
-  `schemas.TRAJECTORIES` after `apply_verdict`) -> `schemas.EVAL` rows;
-  `write_eval(path, rows)` / `read_eval(path)` — `eval.parquet` through its contract;
+  `schemas.TRAJECTORIES` after `apply_verdict`) -> `schemas.EVAL` rows, each with the
+  episode's timings beside it (`schemas.EVAL_TIMING_COLUMNS`, from in-memory passports);
+  `write_eval(path, rows, timings_path=...)` / `read_eval(path)` — `eval.parquet` through
+  its contract, the timings in a sidecar (`schemas.EVAL_TIMINGS`, `read_eval_timings`) so
+  the same evaluation gives the same `eval.parquet` bytes;
 * `check_pairing(rows)` — every checkpoint (and run) holds the identical (task_id, seed) set
   per tier, or PairingError: comparisons between checkpoints are paired;
-* `summarize(rows, ...)` — one group's pass@1 with its interval, pass@k and pass^k for
-  k = 1..n, parse-error rate, stop and verdict reasons, turns, lengths, cost per solved task;
+* `summarize(rows, ..., timings=None)` — one group's pass@1 with its interval, pass@k and
+  pass^k for k = 1..n, parse-error rate, stop and verdict reasons, turns, lengths, tokens
+  per solved task, and with `timings` ((checkpoint, run, trajectory_id) -> timing row) the
+  seconds per solved task;
 * `build_report(rows, ...)` — per checkpoint: per tier and per (tier, family); per pair of
-  checkpoints and tier: the paired pass@1 difference with its interval;
+  checkpoints and tier: the paired pass@1 difference with its interval; no clock unless
+  `timings` is given, so the report of the same rows is the same file;
+* `cost_report(rows, timings)` — per checkpoint and tier the seconds spent (for metrics);
 * `pass_at_k_table(rows)` / `write_plots(table, png, csv)` — the pass@k curves, one line per
   checkpoint and tier, as a tidy CSV (for `dvc plots`) and a PNG.
 
@@ -16,7 +23,8 @@ Infra errors: a row whose `success` is null (the episode or its verification hit
 error) is counted in `infra_errors` and left out of every rate's denominator — an
 infrastructure failure says nothing about the policy, so it is never a task failure.
 Cost per solved task counts every episode (infra ones included): it is what was spent to get
-the solutions.
+the solutions. Seconds come only from the timings (a sidecar of `eval.parquet`), never from
+the rows a report or `eval.parquet` is made of.
 """
 from __future__ import annotations
 
@@ -29,8 +37,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from rlvr.agent.passport import invalid_turns
-from rlvr.artifacts.io import read_table, write_table, write_text
-from rlvr.artifacts.schemas import EVAL, EVAL_TIERS
+from rlvr.artifacts.io import read_table, write_tables, write_text
+from rlvr.artifacts.schemas import EVAL, EVAL_TIERS, EVAL_TIMING_COLUMNS, EVAL_TIMINGS
+from rlvr.errors import ArtifactError
 from rlvr.evaluate.metrics import (PairingError, paired_difference, pass_rate_interval,
                                    tier_pass_at_k, tier_pass_hat_k)
 
@@ -55,7 +64,9 @@ def _outcome(row: Mapping[str, Any]) -> bool | None:
 
 def eval_rows(passports: Iterable[Mapping[str, Any]], checkpoint: str,
               tiers: Mapping[str, str], run: str = "") -> list[dict]:
-    """`schemas.EVAL` rows of scored passports; `tiers`: task_id -> tier (`sets.tier_of`)."""
+    """`schemas.EVAL` rows of scored passports; `tiers`: task_id -> tier (`sets.tier_of`).
+    Each row also carries the episode's timings (`schemas.EVAL_TIMING_COLUMNS`) when the
+    passport has them (`roll_out`'s rows do; a passport read from disk does not: None)."""
     out = []
     for r in passports:
         success = _outcome(r)
@@ -74,23 +85,67 @@ def eval_rows(passports: Iterable[Mapping[str, Any]], checkpoint: str,
             "verdict_reason": reason, "stop_reason": r["stop_reason"],
             "n_turns": r["n_turns"], "n_invalid_actions": invalid_turns(r),
             "n_trainable_tokens": r["n_trainable_tokens"], "n_tokens": r["n_tokens"],
-            "seconds": r.get("wall_seconds"), "trajectory_id": r["trajectory_id"],
+            "trajectory_id": r["trajectory_id"],
             "policy_version": r["policy_version"], "policy_step": r.get("policy_step"),
+            "seconds": r.get("wall_seconds"),
+            "tool_seconds": _sum(r.get("tool_latency_s")),
+            "gen_seconds": _sum(r.get("gen_seconds")),
         })
     return out
 
 
-def write_eval(path: Path | str, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows in (checkpoint, run, tier, task_id, sample_index) order: same rows, same bytes
-    (up to the `seconds` timing column)."""
-    ordered = sorted(rows, key=lambda r: (r["checkpoint"], r["run"],
-                                          EVAL_TIERS.index(r["tier"]), r["task_id"],
-                                          r["sample_index"]))
-    write_table(path, ordered, EVAL, contract="eval")
+def _sum(values: Sequence[float] | None) -> float | None:
+    return None if values is None else math.fsum(values)
+
+
+def timing_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The key of an eval row and of its timing row: (checkpoint, run, trajectory_id)."""
+    return row["checkpoint"], row["run"], row["trajectory_id"]
+
+
+def eval_timing_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """The `schemas.EVAL_TIMINGS` rows of in-memory eval rows (`eval_rows` of `roll_out`'s
+    passports); a row without an episode time is an ArtifactError naming it."""
+    out = []
+    for r in rows:
+        if r.get("seconds") is None:
+            raise ArtifactError(f"eval row {timing_key(r)}: no episode timings (rows made "
+                                "from passports read from disk have none)")
+        out.append({"checkpoint": r["checkpoint"], "run": r["run"],
+                    "trajectory_id": r["trajectory_id"],
+                    **{c: r.get(c) for c in EVAL_TIMING_COLUMNS}})
+    return out
+
+
+def timings_by_key(timing_rows: Iterable[Mapping[str, Any]]) -> dict[tuple, dict]:
+    """(checkpoint, run, trajectory_id) -> timing row: the `timings` of `summarize`."""
+    return {timing_key(t): dict(t) for t in timing_rows}
+
+
+def _order(r: Mapping[str, Any]) -> tuple:
+    return (r["checkpoint"], r["run"], EVAL_TIERS.index(r["tier"]), r["task_id"],
+            r["sample_index"])
+
+
+def write_eval(path: Path | str, rows: Sequence[Mapping[str, Any]], *,
+               timings_path: Path | str | None = None) -> None:
+    """Rows in (checkpoint, run, tier, task_id, sample_index) order without their timings:
+    same rows, same bytes. `timings_path`: the timings too, in the same order (both
+    tables are checked before either file is written)."""
+    ordered = sorted(rows, key=_order)
+    parts = [(path, ordered, EVAL, "eval")]
+    if timings_path is not None:
+        parts.append((timings_path, eval_timing_rows(ordered), EVAL_TIMINGS, "eval_timings"))
+    write_tables(parts)
 
 
 def read_eval(path: Path | str) -> list[dict]:
     return read_table(path, EVAL, contract="eval").to_pylist()
+
+
+def read_eval_timings(path: Path | str) -> dict[tuple, dict]:
+    """(checkpoint, run, trajectory_id) -> timing row, from an eval timings sidecar."""
+    return timings_by_key(read_table(path, EVAL_TIMINGS, contract="eval_timings").to_pylist())
 
 
 def _key(row: Mapping[str, Any]) -> tuple[str, int]:
@@ -138,8 +193,33 @@ def _counts(rows: Sequence[Mapping[str, Any]], by: Sequence[str]) -> list[tuple[
     return list(acc.values())
 
 
-def summarize(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95) -> dict[str, Any]:
-    """One group of eval rows (one checkpoint; a tier, or a tier's family)."""
+def _cost(rows: Sequence[Mapping[str, Any]], solved: int,
+          timings: Mapping[tuple, Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds spent on a group of eval rows (every episode, infra ones included: what the
+    solutions cost), per episode and per solved task (NaN: nothing solved)."""
+    missing = [timing_key(r) for r in rows if timing_key(r) not in timings]
+    if missing:
+        raise ArtifactError(f"no timings for {len(missing)} eval row(s), e.g. {missing[0]}")
+    mine = [timings[timing_key(r)] for r in rows]
+
+    def total(column: str) -> float:
+        return math.fsum(t[column] or 0.0 for t in mine)
+
+    n = len(mine)
+    return {
+        "seconds_mean": total("seconds") / n if n else float("nan"),
+        "seconds_per_solved": total("seconds") / solved if solved else float("nan"),
+        "tool_seconds_per_solved": total("tool_seconds") / solved if solved else float("nan"),
+        "gen_seconds_per_solved": total("gen_seconds") / solved if solved else float("nan"),
+    }
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
+              timings: Mapping[tuple, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """One group of eval rows (one checkpoint; a tier, or a tier's family). `timings`
+    ((checkpoint, run, trajectory_id) -> `schemas.EVAL_TIMINGS` row: `read_eval_timings`,
+    or `timings_by_key(eval_timing_rows(rows))` in memory) adds the seconds spent; without
+    it the summary holds no clock."""
     graded = [r for r in rows if r["success"] is not None]
     solved = sum(bool(r["success"]) for r in graded)
     # pass@1 interval: clustered by task (several runs of a checkpoint pool per task)
@@ -152,12 +232,11 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95) -> dict
         pass_k[str(k)] = tier_pass_at_k(units, k)[0]
         hat_k[str(k)] = tier_pass_hat_k(units, k)[0]
     turns = sum(r["n_turns"] for r in rows)
-    seconds = [r["seconds"] for r in rows if r["seconds"] is not None]
 
     def mean(values):
         return statistics.fmean(values) if values else float("nan")
 
-    return _clean({
+    out = {
         "episodes": len(rows),
         "graded": len(graded),
         "infra_errors": len(rows) - len(graded),
@@ -182,8 +261,25 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95) -> dict
         else float("nan"),
         "generated_tokens_per_solved": sum(r["n_trainable_tokens"] for r in rows) / solved
         if solved else float("nan"),
-        "seconds_per_solved": sum(seconds) / solved if solved and seconds else float("nan"),
-    })
+    }
+    if timings is not None:
+        out.update(_cost(rows, solved, timings))
+    return _clean(out)
+
+
+def cost_report(rows: Sequence[Mapping[str, Any]], timings: Mapping[tuple, Mapping[str, Any]],
+                *, checkpoints: Sequence[str] | None = None) -> dict[str, Any]:
+    """Per checkpoint and tier, the seconds spent (`_cost`): the clock-dependent part of an
+    evaluation, for metrics (the report itself stays a function of the rows)."""
+    out: dict[str, Any] = {}
+    for name in _ordered((r["checkpoint"] for r in rows), checkpoints):
+        out[name] = {}
+        for tier in EVAL_TIERS:
+            group = [r for r in rows if r["checkpoint"] == name and r["tier"] == tier]
+            if group:
+                solved = sum(bool(r["success"]) for r in group if r["success"] is not None)
+                out[name][tier] = _clean(_cost(group, solved, timings))
+    return out
 
 
 def _ordered(names: Iterable[str], order: Sequence[str] | None) -> list[str]:
@@ -194,10 +290,12 @@ def _ordered(names: Iterable[str], order: Sequence[str] | None) -> list[str]:
 
 
 def build_report(rows: Sequence[Mapping[str, Any]], *, checkpoints: Sequence[str] | None = None,
-                 level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+                 level: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                 timings: Mapping[tuple, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The evaluation report (metrics JSON): per checkpoint per tier and per family, and the
     paired pass@1 difference of every later checkpoint against every earlier one (in
-    `checkpoints` order) per tier. Raises PairingError if the sets differ."""
+    `checkpoints` order) per tier. `timings`: as in `summarize` (none: no clock in it).
+    Raises PairingError if the sets differ."""
     sizes = check_pairing(rows)
     names = _ordered((r["checkpoint"] for r in rows), checkpoints)
     tiers = [t for t in EVAL_TIERS if t in sizes]
@@ -215,10 +313,11 @@ def build_report(rows: Sequence[Mapping[str, Any]], *, checkpoints: Sequence[str
         }
         for tier in tiers:
             group = by[(name, tier)]
-            entry["tiers"][tier] = summarize(group, level=level)
+            entry["tiers"][tier] = summarize(group, level=level, timings=timings)
             fams = sorted({r["family"] for r in group})
             entry["families"][tier] = {f: summarize([r for r in group if r["family"] == f],
-                                                    level=level) for f in fams}
+                                                    level=level, timings=timings)
+                                       for f in fams}
         out["checkpoints"][name] = entry
     for i, a in enumerate(names):
         for b in names[i + 1:]:

@@ -45,7 +45,9 @@ def evaluate_checkpoint(model_dir: Path | str, sets: Sequence[EvalSet], params: 
                         sandbox_params: SandboxParams, *, checkpoint: str = "policy",
                         run: str = "", parts_root: Path | None = None, engine=None,
                         sandbox=None, enclave=None, stats: dict | None = None) -> list[dict]:
-    """`schemas.EVAL` rows of one checkpoint: n samples of every task of every tier.
+    """`schemas.EVAL` rows of one checkpoint: n samples of every task of every tier, each
+    with its episode's timings beside it (`report.eval_rows`; `write_eval` puts them in the
+    timings sidecar).
 
     `engine` / `sandbox` / `enclave`: live ones to use (a training loop's policy engine, an
     open policy sandbox, an open enclave) instead of building them from params for this
