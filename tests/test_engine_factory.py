@@ -27,6 +27,27 @@ def test_torch():
         build_engine("torch", policy, options={"devcie": "cpu"}, where="evaluate")
 
 
+def test_policy_step_is_the_callers_argument_not_a_backend_option(tmp_path):
+    """An ordinal, like policy_version, says which policy the caller means: an argument of
+    the factory for every token engine; never in engine_options; a teacher's is 0."""
+    policy = tiny_policy_dir()
+    assert build_engine("torch", policy).policy_step == 0
+    assert build_engine("torch", policy, policy_version="w", policy_step=3).policy_step == 3
+    with pytest.raises(ConfigError, match=r"rollout\.engine_options\.policy_step: unknown key"):
+        build_engine("torch", policy, options={"policy_step": 3})
+    with pytest.raises(ConfigError, match=r"evaluate\.policy_step: .*>= 0"):
+        build_engine("torch", policy, policy_step=-1, where="evaluate")
+    eng = build_engine("vllm", tmp_path, policy_version="p1", policy_step=2,
+                       options={"base_url": "http://127.0.0.1:9/", "served_model_name": "m"})
+    try:
+        assert (eng.policy_version, eng.policy_step) == ("p1", 2)
+    finally:
+        eng.close()
+    for kind, options in (("scripted", None), ("openai", {"model": "m", "api_key_env": ""})):
+        with pytest.raises(ConfigError, match=r"rollout\.policy_step: a teacher"):
+            build_engine(kind, tmp_path, policy_step=1, options=options)
+
+
 def test_vllm_attaches_to_a_running_server_without_launching_one(tmp_path):
     from rlvr.engines.vllm_engine import VllmEngine
 

@@ -191,6 +191,27 @@ def test_changed_params_do_not_reuse_old_shards(tmp_path, tasks_file):
     assert a != lib.fingerprint(params, SandboxParams(workers=7), tasks, "v",
                                 tiny_policy_dir())
     assert a != lib.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir(), 1)
+    assert a != lib.fingerprint(params, sandbox, tasks, "v", tiny_policy_dir(), policy_step=1)
+
+
+def test_shards_of_another_policy_step_are_not_reused(tmp_path, tasks_file, bwrap_sandbox):
+    """The same weights at another ordinal are another policy_step in every passport: their
+    shards must not be resumed under the wrong step."""
+    from agentkit import ReplayEngine
+    from rlvr.agent.tools import format_tool_call
+    from rlvr.agent.transcript import ChatCodec
+
+    params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
+    tasks = select_tasks([tasks_file], params.split, 0, params.seed)[:1]
+    engine = ReplayEngine(ChatCodec.from_model_dir(tiny_policy_dir()),
+                          [format_tool_call("submit", {})], policy_version="w")
+    first = lib.roll_out(tasks, params, sandbox, tmp_path / "parts", engine=engine)
+    engine.sync_weights({}, "w", 1)  # same weights hash, next ordinal
+    written: list[str] = []
+    again = lib.roll_out(tasks, params, sandbox, tmp_path / "parts", engine=engine,
+                         on_group_written=written.append)
+    assert written == [first[0]["group_id"]]  # rolled out anew, not resumed
+    assert {r["policy_step"] for r in first} == {0} and {r["policy_step"] for r in again} == {1}
 
 
 def test_a_later_sampling_round_neither_replays_nor_collides(tmp_path, tasks_file,

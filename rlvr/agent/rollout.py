@@ -123,12 +123,16 @@ def open_engine(params: RolloutParams):
 
 
 def fingerprint(params: RolloutParams, sandbox: SandboxParams, tasks: list[Task],
-                policy_version: str, codec_source: Path, sampling_round: int = 0) -> str:
-    """What a checkpoint shard depends on: reuse shards only when all of it is unchanged."""
+                policy_version: str, codec_source: Path, sampling_round: int = 0, *,
+                policy_step: int = 0) -> str:
+    """What a checkpoint shard depends on: reuse shards only when all of it is unchanged.
+    `policy_step` is in it beside `policy_version`: every passport records both, so shards
+    of the same weights at another ordinal (a training loop restarted from a checkpoint
+    that renumbered its steps) are not reused under the wrong step."""
     h = hashlib.sha256()
     h.update(json.dumps({"params": as_dict(params), "sandbox": as_dict(sandbox),
                          "env": env_version(), "policy": policy_version,
-                         "round": sampling_round},
+                         "policy_step": policy_step, "round": sampling_round},
                         sort_keys=True, default=str).encode())
     for task in tasks:
         h.update(f"{task.task_id}\0{task.hashes()['content_hash']}\0".encode())
@@ -196,8 +200,9 @@ def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
                            repetition=params.repetition, reward=params.reward,
                            sandbox=sandbox, limits=sandbox_params.limits.to_limits(),
                            warm_tests=params.tools.warm, run_seed=params.seed)
+    step = engine.policy_step if isinstance(engine, TokenEngine) else 0  # teachers: 0
     parts = parts_root / fingerprint(params, sandbox_params, tasks, engine.policy_version,
-                                     Path(params.model_dir), sampling_round)
+                                     Path(params.model_dir), sampling_round, policy_step=step)
     parts.mkdir(parents=True, exist_ok=True)
     gids = [group_id_for(t.task_id, params.seed, sampling_round) for t in tasks]
     done = {g for g in gids if part_path(parts, g).is_file()}

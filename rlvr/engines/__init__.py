@@ -17,6 +17,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlvr.engines.base import check_policy_step
 from rlvr.errors import ConfigError
 
 # kind -> "module:Class" of its engine
@@ -52,7 +53,7 @@ def _check_keywords(ctor, options: Mapping[str, Any], where: str, skip: tuple[st
 
 
 def build_engine(kind: str, model_dir: Path | str, *, policy_version: str | None = None,
-                 options: Mapping[str, Any] | None = None,
+                 policy_step: int = 0, options: Mapping[str, Any] | None = None,
                  teacher: Mapping[str, Any] | None = None, max_turns: int | None = None,
                  where: str = "rollout"):
     """The acting engine of kind `kind`.
@@ -61,6 +62,10 @@ def build_engine(kind: str, model_dir: Path | str, *, policy_version: str | None
       only share its tokenizer through the caller's codec, so it is not read here);
     * `policy_version` — overrides the engine's own version string (token engines default to
       their weights' fingerprint);
+    * `policy_step` — the ordinal of those weights (0 = the initial policy). Like
+      `policy_version` it says which policy the caller means, so it is the caller's argument,
+      never a backend option (`engine_options.policy_step` is an unknown key); a teacher is
+      no trained policy: only 0;
     * `options` — the backend's own settings (`<where>.engine_options`): torch: TorchEngine
       keywords; vllm: VllmEngineParams fields; openai: OpenAITeacherParams fields;
       scripted: none;
@@ -70,12 +75,19 @@ def build_engine(kind: str, model_dir: Path | str, *, policy_version: str | None
     An unknown kind or option is a ConfigError naming `<where>.engine` /
     `<where>.engine_options.<key>`.
     """
+    try:
+        check_policy_step(policy_step)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.policy_step: {exc}") from None
     ctor = _resolve(kind, where)
     opts = dict(options or {})
     field = f"{where}.engine_options"
+    if kind in TEXT_ENGINES and policy_step != 0:
+        raise ConfigError(f"{where}.policy_step: a teacher ({kind}) is no trained policy: its "
+                          f"rollouts record step 0 (got {policy_step})")
     if kind == "torch":
-        _check_keywords(ctor, opts, field, skip=("policy_version", "policy"))
-        return ctor(model_dir, policy_version=policy_version, **opts)
+        _check_keywords(ctor, opts, field, skip=("policy_version", "policy_step", "policy"))
+        return ctor(model_dir, policy_version=policy_version, policy_step=policy_step, **opts)
     if kind == "vllm":
         from rlvr.config import parse
         from rlvr.engines.model_dir import weights_fingerprint
@@ -83,7 +95,8 @@ def build_engine(kind: str, model_dir: Path | str, *, policy_version: str | None
 
         params = parse(VllmEngineParams, opts, field)  # options first: no server for a typo
         return ctor.launch(model_dir, params,
-                           policy_version=policy_version or weights_fingerprint(model_dir))
+                           policy_version=policy_version or weights_fingerprint(model_dir),
+                           policy_step=policy_step)
     if kind == "openai":
         engine = ctor.from_options(opts, where=field)
     else:  # scripted
