@@ -194,8 +194,16 @@ def test_left_padding_does_not_change_a_score(engine, prompts):
     batched = engine.score_batch([prompts[3], prompts[5], prompts[0]],
                                  [long_c, short_c, []], NUCLEUS)
     assert batched[2] == []
-    assert max(abs(a - b) for a, b in zip(alone, batched[1])) < TOL
-    assert max(abs(a - b) for a, b in zip(engine.score(prompts[3], long_c, NUCLEUS), batched[0])) < TOL
+    # short_c follows another prompt, so a token may lie outside its top-k/top-p support:
+    # -inf there, alone and batched alike (equal infinities match; finite parts within TOL)
+    assert_same_scores(alone, batched[1])
+    assert_same_scores(engine.score(prompts[3], long_c, NUCLEUS), batched[0])
+
+
+def assert_same_scores(a: list[float], b: list[float]) -> None:
+    """Same length, -inf at the same positions, finite values within TOL."""
+    torch.testing.assert_close(torch.tensor(a, dtype=torch.float64),
+                               torch.tensor(b, dtype=torch.float64), rtol=0.0, atol=TOL)
 
 
 def _random_model(model_type: str):
