@@ -21,12 +21,13 @@ def codec():
     return ChatCodec.from_model_dir(tiny_policy_dir())
 
 
-def rollouts(codec, sandbox, tasks, *, noise, group_size=1, seed=0, max_turns=12):
+def rollouts(codec, sandbox, tasks, *, noise, group_size=1, seed=0, max_turns=12, **teacher):
     cfg = EpisodeConfig(codec=codec, sandbox=sandbox, run_seed=seed,
                         budgets=Budgets(max_turns=max_turns, max_new_tokens_per_turn=400,
                                         max_new_tokens_per_episode=4000))
     rows = []
-    Collector(ScriptedTeacher(noise=noise, max_turns=max_turns), cfg, group_size=group_size,
+    Collector(ScriptedTeacher(noise=noise, max_turns=max_turns, **teacher), cfg,
+              group_size=group_size,
               workers=2).run(tasks, on_group=lambda g: rows.extend(passport_row(e)
                                                                   for e in g.episodes))
     for row in rows:
@@ -42,11 +43,16 @@ def solved(row) -> bool:
 
 
 def test_teacher_debugs_and_fixes_every_tiny_task(codec, bwrap_sandbox):
-    rows = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
-    assert [solved(r) for r in rows] == [True, True, True]
+    for view in (False, True):
+        rows = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0, view=view,
+                        reasoning="explain" if view else "terse")
+        assert [solved(r) for r in rows] == [True, True, True]
+        for row in rows:
+            tools = [t["tool_name"] for t in row["turns"]]
+            assert tools[0] == "run_tests" and tools[-1] == "submit"
+            assert (tools[1] == "view") == view and (tools[1] == "edit") != view
     for row in rows:
         tools = [t["tool_name"] for t in row["turns"]]
-        assert tools[0] == "run_tests" and tools[1] == "view" and tools[-1] == "submit"
         assert "edit" in tools and tools[-2] == "run_tests"
         assert "[pytest exit code 0]" in row["turns"][-2]["observation"]
         assert row["engine"] == "scripted" and row["logprobs_kind"] == "none"
@@ -121,9 +127,10 @@ def test_default_teacher_reasons_only_from_what_it_observed(codec, bwrap_sandbox
     import json
     import re
 
-    rows = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
+    rows = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0, view=True,
+                    reasoning="explain")
     for row in rows:
-        assert row["policy_version"].endswith("-hints0")
+        assert "-hints0-" in row["policy_version"]
         assert row["policy_step"] == 0  # a teacher is no trained policy
         seen = ""
         for turn in row["turns"]:

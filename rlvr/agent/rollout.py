@@ -63,6 +63,10 @@ class TeacherParams:
     # rank guesses by the synthesis provenance (file/function/operator/line) too: a student
     # never sees it, so SFT demonstrations are made without it (recorded in policy_version)
     hints: bool = False
+    # view the suspect function before editing (default: edit the flagged line at once)
+    view: bool = False
+    # terse: "Flip a comparison." | explain: names the flagged file:line it acts on
+    reasoning: str = "terse"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ episode it
    instruction. Only with `hints=True` does it also rank by the synthesis provenance (file /
    function / operator / line — never the mutation's `from`/`to`): a student cannot see
    those, so demonstrations for SFT are made without them by default (issue "Learning I" §1);
-3. views the suspect function;
+3. views the suspect function (`view=True`; by default it edits the flagged line straight
+   away: the line's text is in the run_tests output, and a small policy imitates fewer,
+   shorter turns better);
 4. tries candidate fixes: every single-site mutation of the suspect function
    (`rlvr.tasks.synth.operators`: most bug operators are their own inverse) plus small
    line edits (unwrapping `not (...)`), ranked by the observed suspicious lines; each is an
@@ -21,7 +23,9 @@ episode it
 5. submits when the public tests pass, or when its turn budget runs out.
 
 Its reasoning text states only what an observation showed (a line flagged by `run_tests`, a
-function a traceback names) and what the next edit does.
+function a traceback names) and what the next edit does; `reasoning="terse"` (default)
+says only the latter, in a few words ("Flip a comparison."), so a demonstration asks the
+student to copy nothing outside the tool call itself.
 
 `noise` is the share of episodes in which it does what a sloppy engineer does: applies a
 candidate that is *not* its best guess, glances at the tests and submits whatever it has.
@@ -107,21 +111,27 @@ class ScriptedTeacher:
 
     name = "scripted"
 
-    def __init__(self, noise: float = 0.0, max_turns: int = 12, hints: bool = False):
+    def __init__(self, noise: float = 0.0, max_turns: int = 12, hints: bool = False,
+                 view: bool = False, reasoning: str = "terse"):
         if not 0.0 <= noise <= 1.0:
             raise ValueError("scripted teacher noise must be in [0, 1]")
         self.noise = noise
         self.max_turns = max_turns
+        if reasoning not in ("terse", "explain"):
+            raise ValueError("scripted teacher reasoning must be 'terse' or 'explain'")
         self.hints = hints
-        # noise and hint use are part of every passport's policy_version
-        self.policy_version = f"scripted-v{VERSION}-noise{noise:g}-hints{int(hints)}"
+        self.view = view
+        self.reasoning = reasoning
+        # noise, hint use and style are part of every passport's policy_version
+        self.policy_version = (f"scripted-v{VERSION}-noise{noise:g}-hints{int(hints)}"
+                               f"-view{int(view)}-{reasoning}")
 
     def for_task(self, task: Task) -> "BoundTeacher":
         if task.hidden_tests or task.reference_patch:
             raise ValueError("the scripted teacher must be bound to teacher_view(task): it "
                              "may not see hidden tests or the reference")
         return BoundTeacher(task, self.noise, self.max_turns, self.policy_version,
-                            hints=self.hints)
+                            hints=self.hints, view=self.view, terse=self.reasoning == "terse")
 
     def close(self) -> None:
         """Nothing to release (the `Teacher` protocol: a rollout closes what it built)."""
@@ -131,7 +141,9 @@ class BoundTeacher:
     name = "scripted"
 
     def __init__(self, task: Task, noise: float, max_turns: int, policy_version: str, *,
-                 hints: bool = False):
+                 hints: bool = False, view: bool = False, terse: bool = True):
+        self.view = view
+        self.terse = terse
         self.task = task
         self.noise = noise
         self.max_turns = max_turns
@@ -166,7 +178,8 @@ class BoundTeacher:
         left = self.max_turns - turns_used  # including this one
         if self.phase == "start":
             self.phase = "tested_initial"
-            return format_tool_call("run_tests", {}, "Run the public tests to see what fails.")
+            return format_tool_call("run_tests", {}, "Run the tests." if self.terse
+                                    else "Run the public tests to see what fails.")
         if self.phase == "tested_initial":
             self.best_failures = _failures(observation)
             self._localise(observation)
@@ -176,6 +189,9 @@ class BoundTeacher:
                 self.queue = [self.queue[pick]]
             if not self.suspects or left <= 1:
                 return self._submit("I cannot localise the bug; submit as is.")
+            if not self.view:
+                self.phase = "viewed"
+                return self._advance(left, "")
             path, func = self.suspects[0]
             self.phase = "viewed"
             start, end = _function_lines(self.files[path], func)
@@ -189,7 +205,8 @@ class BoundTeacher:
                 return self._advance(left, "That edit did not apply; try another candidate.")
             self.files[path] = target
             self.phase = "tested"
-            return format_tool_call("run_tests", {}, "Check the change against the public tests.")
+            return format_tool_call("run_tests", {}, "Check." if self.terse
+                                    else "Check the change against the public tests.")
         if self.phase == "tested":
             failures = _failures(observation)
             if failures == 0:
@@ -238,7 +255,8 @@ class BoundTeacher:
         if direct:
             self.pending = (cand.path, cand.new_source)
             self.phase = "applied"
-            reason = f"{why} Try a fix in {cand.path} line {cand.line} ({cand.why})."
+            reason = (f"{why} {cand.why[:1].upper()}{cand.why[1:]}." if self.terse
+                      else f"{why} Try a fix in {cand.path} line {cand.line} ({cand.why}).")
             return format_tool_call("edit", edit_args(cand.path, self.files[cand.path],
                                                       cand.new_source), reason.strip())
         if left < 4:
