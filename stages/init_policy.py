@@ -14,7 +14,7 @@ import argparse
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Literal
 
@@ -26,6 +26,7 @@ from rlvr.engines.model_dir import (ModelDirError, count_parameters, load_tokeni
 from rlvr.errors import exit_on_error
 from rlvr.tasks.splits import SplitParams
 from rlvr.tracking.stage import stage_run
+from rlvr.train.pretrain import PretrainParams, pretrain_policy, training_code
 
 OUT_DIR = Path("models/policy-init")
 METRICS = Path("metrics/init_policy.json")
@@ -45,6 +46,9 @@ class PolicyParams:
     intermediate_size: int = 512
     max_position_embeddings: int = 8192
     synthetic_samples: int = 200
+    # next-token pretraining on the training families' code and synthetic repair episodes
+    # (rlvr.train.pretrain): teaches the random-init default to copy from its context
+    pretrain: PretrainParams = field(default_factory=PretrainParams)
 
 
 def run(params: PolicyParams, out_dir: Path = OUT_DIR, metrics_path: Path = METRICS,
@@ -55,13 +59,23 @@ def run(params: PolicyParams, out_dir: Path = OUT_DIR, metrics_path: Path = METR
             texts, corpus = policy_corpus(root, seed=params.seed,
                                           synthetic_samples=params.synthetic_samples,
                                           exclude_families=evaluation_families)
+            built = out_dir.with_name(f".{out_dir.name}.random") if params.pretrain.steps \
+                else out_dir
             report = build_local_policy(
-                out_dir, texts, seed=params.seed, vocab_size=params.vocab_size,
+                built, texts, seed=params.seed, vocab_size=params.vocab_size,
                 hidden_size=params.hidden_size, layers=params.layers, heads=params.heads,
                 kv_heads=params.kv_heads, intermediate_size=params.intermediate_size,
                 max_position_embeddings=params.max_position_embeddings, arch=params.arch)
             metrics = {**corpus, "corpus_tokens": report.corpus_tokens,
                        "chars_per_token": report.chars_per_token}
+            if params.pretrain.steps:
+                code = training_code(root, evaluation_families)
+                result, n_seq = pretrain_policy(built, out_dir, code, params.pretrain,
+                                                log=run_.log_step)
+                shutil.rmtree(built, ignore_errors=True)
+                metrics["pretrain"] = {"sequences": n_seq, "steps": result.steps,
+                                       "tokens": result.tokens,
+                                       "final_loss": round(result.train_loss, 4)}
         else:
             if not params.path:
                 raise ModelDirError("policy.path: required when policy.kind is 'path'")

@@ -104,7 +104,7 @@ def _drop(row: dict[str, Any], reason: str, detail: str, thash: str = "") -> dic
             "token_hash": thash}
 
 
-def _demo(row: dict[str, Any], thash: str) -> dict[str, Any]:
+def demo_row(row: dict[str, Any], thash: str) -> dict[str, Any]:
     mask = [int(m) for m in row["loss_mask"]]
     return {"trajectory_id": row["trajectory_id"], "task_id": row["task_id"],
             "family": row.get("family") or "", "part": "train",
@@ -137,7 +137,7 @@ def select_demonstrations(rows: Iterable[dict[str, Any]], params: SFTParams) -> 
         if cap and len(task) >= cap:
             drops.append(_drop(row, "over_cap", f"task already has {cap} demonstrations", h))
             continue
-        task.append(_demo(row, h))
+        task.append(demo_row(row, h))
     tasks = sorted(per_task)
     random.Random(seed).shuffle(tasks)
     n_val = int(round(params.demos.val_fraction * len(tasks)))

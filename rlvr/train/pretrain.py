@@ -1,0 +1,183 @@
+"""Next-token pretraining of the CPU-default policy, before any demonstration (issue
+"Learning I" §4).
+
+Why: a randomly initialised 1.5 M-parameter model trained on a few hundred demonstrations
+memorises transcripts but does not copy from its context — it names files and line numbers
+from memory instead of from the run_tests output in front of it (measured: 0 of 128 episodes
+solved). Copying must be learned from many cheap examples first. This module makes them
+from the training families' code alone (no rollouts, no held-out family): each synthetic
+episode injects a real bug with the synthesis operators (`rlvr.tasks.synth.operators`),
+shows a run_tests-style failure whose suspicious-lines section lists the mutated line among
+other lines of the function (its true line numbers and text), and answers with the
+line-addressed edit the scripted teacher would make (`rlvr.teachers.scripted.edit_args`),
+tokenized exactly as an episode is (`ChatCodec`), plus chunks of the code itself. Every token
+is trained (next-token over the whole sequence).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from rlvr.agent.prompt import SYSTEM_PROMPT
+from rlvr.agent.tools import format_tool_call
+from rlvr.agent.transcript import ChatCodec
+
+
+@dataclass(frozen=True)
+class PretrainParams:
+    """`policy.pretrain` in params.yaml: the phase is skipped when `steps` is 0."""
+
+    steps: int = 0                  # optimizer steps (0 = no pretraining)
+    episodes: int = 3000            # synthetic repair episodes in the corpus
+    code_chunk_tokens: int = 384    # training-family code, cut into chunks of this size
+    learning_rate: float = 0.003
+    batch_size: int = 16            # sequences per optimizer step
+    seed: int = 0
+
+
+def _mutant(rng: random.Random, source: str, funcs: list[str], cache: dict):
+    """(operator, function qualname, mutated source) of one random single-site mutant of
+    the kinds the scripted teacher undoes with a line edit, or None."""
+    from rlvr.tasks.synth.operators import OPERATORS, FunctionContext, compiles
+    from rlvr.tasks.synth.spans import SourceMap
+    from rlvr.teachers.scripted import CANDIDATE_OPERATORS
+
+    func = rng.choice(funcs)
+    op = rng.choice([o for o in CANDIDATE_OPERATORS if o in OPERATORS])
+    key = (id(source), func, op)
+    if key not in cache:
+        try:
+            cache[key] = OPERATORS[op](FunctionContext(source, func))
+        except (KeyError, SyntaxError):
+            cache[key] = []
+    if not cache[key]:
+        return None
+    mutated = SourceMap(source).apply(rng.choice(cache[key]).edits)
+    return (op, func, mutated) if mutated != source and compiles(mutated) else None
+
+
+def _observation(rng: random.Random, path: str, func: str, mutated: str, bug_line: int,
+                 span: tuple[int, int]) -> str:
+    """A run_tests observation in the shape the agent sees (rlvr.agent.executor)."""
+    lines = mutated.split("\n")
+    lo, hi = span
+    others = [n for n in range(lo, hi + 1) if n != bug_line and lines[n - 1].strip()
+              and not lines[n - 1].strip().startswith(("#", '"""', "'''", "def "))]
+    rng.shuffle(others)
+    shown = others[:7]
+    rank = 0 if rng.random() < 0.5 else rng.randint(0, len(shown))
+    shown.insert(rank, bug_line)
+    n_fail, n_pass = rng.randint(1, 4), rng.randint(0, 12)
+    module = path.rsplit("/", 1)[-1].removesuffix(".py")
+    test = f"test_{func.split('.')[-1].strip('_')}"
+    dots = "." * n_pass + "F" * n_fail
+    listing = "".join(
+        f"{path}:{n}: {lines[n - 1].strip()}  [{n_fail} failing, "
+        f"{0 if k <= rank else rng.randint(1, n_pass or 1)} passing]\n"
+        for k, n in enumerate(shown))
+    return (f"{dots:<73}[100%]\n"
+            f"{'=' * 35} FAILURES {'=' * 35}\n"
+            f"{'_' * 20} {test} {'_' * 20}\n"
+            f"tests/test_{module}.py:{rng.randint(5, 90)}: in {test}\n"
+            f"    assert {func.split('.')[-1]}(...) == {rng.randint(-9, 99)}\n"
+            f"E   AssertionError: assert {rng.randint(-9, 99)} == {rng.randint(-9, 99)}\n"
+            f"suspicious lines (run by failing tests, not by passing ones):\n{listing}"
+            f"{'=' * 27} short test summary info {'=' * 28}\n"
+            f"FAILED tests/test_{module}.py::{test} - AssertionError\n"
+            f"{n_fail} failed, {n_pass} passed\n\n[pytest exit code 1]")
+
+
+def synthetic_episodes(code: dict[str, str], n: int, codec: ChatCodec, *,
+                       seed: int) -> list[list[int]]:
+    """`n` tokenized repair episodes: run_tests -> line-addressed fix -> run_tests -> submit."""
+    from rlvr.teachers.scripted import _describe, _function_lines, edit_args
+    from rlvr.tasks.synth.operators import function_names
+
+    rng = random.Random(seed)
+    pool = []
+    for path, source in sorted(code.items()):
+        try:
+            funcs = function_names(source)
+        except SyntaxError:
+            continue
+        if funcs:
+            pool.append((path, source, funcs))
+    cache: dict = {}
+    out: list[list[int]] = []
+    attempts = 0
+    while len(out) < n and pool and attempts < 20 * n:
+        attempts += 1
+        path, source, funcs = rng.choice(pool)
+        mutant = _mutant(rng, source, funcs, cache)
+        if mutant is None:
+            continue
+        op, func, mutated = mutant
+        args = edit_args(path, mutated, source)
+        if "line" not in args:
+            continue
+        span = _function_lines(mutated, func)
+        obs = _observation(rng, path, func, mutated, args["line"], span)
+        user = (f"A test fails in `{func.split('.')[-1]}`. Fix the bug.\n\n"
+                f"Public tests: tests/")
+        why = _describe(op)
+        turns = [(format_tool_call("run_tests", {}, "Run the tests."), obs),
+                 (format_tool_call("edit", args, f"{why[:1].upper()}{why[1:]}."),
+                  f"edited {path}"),
+                 (format_tool_call("run_tests", {}, "Check."),
+                  f"{'.' * rng.randint(3, 16):<73}[100%]\n{rng.randint(3, 16)} passed\n\n"
+                  "[pytest exit code 0]"),
+                 (format_tool_call("submit", {}, "The public tests pass; submit the fix."), None)]
+        ids = codec.initial_prompt(SYSTEM_PROMPT, user)
+        for action, observation in turns:
+            ids += [*codec.encode_action(action), codec.im_end]
+            if observation is not None:
+                ids += codec.observation_segment(observation, close_turn=False)
+        out.append(ids)
+    return out
+
+
+def code_chunks(code: dict[str, str], codec: ChatCodec, size: int) -> list[list[int]]:
+    out = []
+    for path, text in sorted(code.items()):
+        ids = codec.encode_text(f"# {path}\n{text}")
+        out += [ids[i:i + size] for i in range(0, len(ids), size) if len(ids[i:i + size]) > 8]
+    return out
+
+
+def pretrain_rows(code: dict[str, str], codec: ChatCodec, p: PretrainParams) -> list[dict[str, Any]]:
+    """SFT_DATA-shaped rows (every token trained) for `rlvr.train.sft.train_sft`."""
+    seqs = synthetic_episodes(code, p.episodes, codec, seed=p.seed) + code_chunks(
+        code, codec, p.code_chunk_tokens)
+    from rlvr.train.demos import demo_row, token_hash
+
+    return [demo_row({"trajectory_id": f"pretrain-{i}", "task_id": f"pretrain-{i}",
+                   "family": "pretrain", "engine": "synthetic", "token_ids": ids,
+                   "loss_mask": [1] * len(ids)}, token_hash(ids)) for i, ids in enumerate(seqs)]
+
+
+def training_code(root, exclude_families) -> dict[str, str]:
+    """Repo-relative path (as the agent sees it) -> text of the training families' code."""
+    from pathlib import Path
+
+    from rlvr.engines.local_policy import _repo_rel, corpus_files
+
+    root = Path(root)
+    return {_repo_rel(p.relative_to(root).as_posix()): p.read_text(encoding="utf-8",
+                                                                    errors="replace")
+            for p in corpus_files(root, exclude_families)}
+
+
+def pretrain_policy(base_dir, out_dir, code: dict[str, str], p: PretrainParams, *, log=None):
+    """Train `base_dir` next-token on the pretraining corpus, write it to `out_dir`
+    (through the SFT loop: same batching, normaliser, atomic HF directory and card)."""
+    from rlvr.train.config import DemoParams, EarlyStopParams, SFTParams
+    from rlvr.train.sft import train_sft
+
+    codec = ChatCodec.from_model_dir(base_dir)
+    rows = pretrain_rows(code, codec, p)
+    params = SFTParams(seed=p.seed, learning_rate=p.learning_rate, max_steps=p.steps,
+                       epochs=0, batch_size=p.batch_size, warmup_steps=min(20, p.steps),
+                       eval_every=0, probe_tasks=0, demos=DemoParams(val_fraction=0.0),
+                       early_stop=EarlyStopParams(patience=0, parse_error_stop=None))
+    return train_sft(base_dir, rows, [], params, out_dir, log=log), len(rows)
