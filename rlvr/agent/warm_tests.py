@@ -55,7 +55,6 @@ import base64
 import inspect
 import json
 import os
-import queue
 import threading
 import time
 import weakref
@@ -64,6 +63,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr.sandbox.base import Limits, Mount, RunResult, Sandbox
+from rlvr.sandbox.channel import ReplyLines, ServerClosed, server_limits
 
 SERVER_SCRIPT = "rlvr_warm.py"
 START_TIMEOUT_S = 60.0
@@ -134,7 +134,7 @@ class WarmTestServer:
         self.handle = None
         self.info: dict = {}
         self.modules: tuple[str, ...] = ()
-        self._lines: queue.Queue = queue.Queue()
+        self._lines: ReplyLines | None = None
         self._lock = threading.Lock()
         self._next_id = 0
         self._uid_next = 0
@@ -150,24 +150,17 @@ class WarmTestServer:
         for m in self.mounts:
             if not m.writable:
                 _make_readable(Path(m.source))
-        lim = self.limits
-        server_limits = Limits(wall_seconds=lim.wall_seconds, cpu_seconds=0,
-                               memory_bytes=max(2 * lim.memory_bytes, 2 << 30),
-                               max_processes=max(4 * lim.max_processes, 64),
-                               max_file_bytes=lim.max_file_bytes, output_bytes=lim.output_bytes)
         argv = [self.sandbox.python, f"{self.tools_target}/{SERVER_SCRIPT}",
                 *(m.target for m in self.mounts if not m.writable and m.target != "/work/.git")]
         try:
             handle = _spawn(self.sandbox.serve, argv, mounts=self.mounts, cwd="/work",
-                            env=self.env, limits=server_limits, supervisor=True)
+                            env=self.env, limits=server_limits(self.limits), supervisor=True)
         except Exception as exc:  # noqa: BLE001 - no server: the cold path still works
             raise WarmUnavailable(f"server did not start: {type(exc).__name__}: {exc}") from exc
         self.handle = handle
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _close_handle, [handle])
-        self._lines = queue.Queue()
-        threading.Thread(target=_reader, args=(handle, self._lines), daemon=True,
-                         name="rlvr-warm-reader").start()
+        self._lines = ReplyLines(handle, name="rlvr-warm-reader")
         try:
             ready = self._read(START_TIMEOUT_S)
         except (WarmServerError, TimeoutError) as exc:
@@ -196,11 +189,9 @@ class WarmTestServer:
     # ---- one run --------------------------------------------------------------------------
     def _read(self, timeout: float) -> dict:
         try:
-            line = self._lines.get(timeout=max(timeout, 0.01))
-        except queue.Empty:
-            raise TimeoutError(f"no reply within {timeout:.0f}s") from None
-        if line is None:
-            raise WarmServerError("the warm test server exited")
+            line = self._lines.get(timeout)
+        except ServerClosed:
+            raise WarmServerError("the warm test server exited") from None
         try:
             return json.loads(line)
         except ValueError as exc:
@@ -269,18 +260,6 @@ def to_run_result(reply: dict, limits: Limits) -> RunResult:
         stderr_truncated=int(reply["stderr_total"]) > cap,
         resources={"stdout_bytes": int(reply["stdout_total"]),
                    "stderr_bytes": int(reply["stderr_total"]), "runner": "warm"})
-
-
-def _reader(handle, lines: queue.Queue) -> None:
-    try:
-        while True:
-            line = handle.stdout.readline()
-            if not line:
-                break
-            lines.put(line)
-    except (OSError, ValueError):
-        pass
-    lines.put(None)
 
 
 def _close_handle(box: list) -> None:

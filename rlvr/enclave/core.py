@@ -30,7 +30,6 @@ import hashlib
 import inspect
 import json
 import queue
-import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +40,7 @@ from typing import Callable, Iterable, Sequence
 from rlvr import seeds
 from rlvr.errors import SandboxUnavailable
 from rlvr.sandbox import Limits, Mount, get_sandbox
+from rlvr.sandbox.channel import ReplyLines, ServerClosed, server_limits
 from rlvr.seeds import derive_seed
 from rlvr.tasks import patches
 from rlvr.tasks.model import Task, files_hash
@@ -129,10 +129,6 @@ def task_key(task: Task) -> str:
     ).hexdigest()[:32]
 
 
-class _ServerGone(Exception):
-    """The fork-server closed its stdout (it died)."""
-
-
 class _Worker:
     """One warm fork-server and the thread that reads its replies."""
 
@@ -140,33 +136,20 @@ class _Worker:
         self.enclave = enclave
         self.index = index
         self.handle = None
-        self.lines: queue.Queue = queue.Queue()
+        self.lines: ReplyLines | None = None
         self.known: set[str] = set()
         self.info: dict = {}
         self.next_id = 0
 
-    def _reader(self, handle, lines: queue.Queue) -> None:
-        try:
-            while True:
-                line = handle.stdout.readline()
-                if not line:
-                    break
-                lines.put(line)
-        except (OSError, ValueError):
-            pass
-        lines.put(None)
-
     def start(self) -> None:
         self.stop()
-        self.lines = queue.Queue()
         self.known = set()
         handle = self.enclave._spawn_server()
         self.handle = handle
-        threading.Thread(target=self._reader, args=(handle, self.lines), daemon=True,
-                         name=f"rlvr-enclave-reader-{self.index}").start()
+        self.lines = ReplyLines(handle, name=f"rlvr-enclave-reader-{self.index}")
         try:
             ready = self._read(SERVER_START_TIMEOUT)
-        except (_ServerGone, TimeoutError) as exc:
+        except (ServerClosed, TimeoutError) as exc:
             tail = getattr(handle, "stderr_tail", lambda: "")()
             self.stop()
             raise SandboxUnavailable(f"enclave server did not start ({exc}): {tail[-800:]}") from None
@@ -187,13 +170,7 @@ class _Worker:
         return self.handle is not None and self.handle.alive()
 
     def _read(self, timeout: float) -> dict:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no reply within {timeout:.0f}s") from None
-        if line is None:
-            raise _ServerGone()
-        return json.loads(line)
+        return json.loads(self.lines.get(timeout))
 
     def request(self, req: dict, timeout: float) -> dict:
         self.next_id += 1
@@ -254,13 +231,6 @@ class Enclave:
     def _spawn_server(self):
         """Start a server from the dedicated spawner thread: --die-with-parent follows the
         thread that spawned the sandbox, so that thread must outlive every server."""
-        limits = self.limits
-        server_limits = Limits(
-            wall_seconds=limits.wall_seconds, cpu_seconds=0,
-            memory_bytes=max(2 * limits.memory_bytes, 2 << 30),
-            max_processes=max(4 * limits.max_processes, 64),
-            max_file_bytes=limits.max_file_bytes, output_bytes=limits.output_bytes,
-        )
         argv = [self.sandbox.python, "-s", "-P", f"{INSIDE_TARGET}/server.py"]
         env = {
             # Not `python -I`: it would ignore PYTHONHASHSEED. The environment is explicit
@@ -272,7 +242,7 @@ class Enclave:
         }
         future = self._spawner.submit(
             self.sandbox.serve, argv, mounts=[Mount(INSIDE_DIR, INSIDE_TARGET)], cwd="/tmp",
-            env=env, limits=server_limits, **self._serve_kwargs,
+            env=env, limits=server_limits(self.limits), **self._serve_kwargs,
         )
         return future.result()
 
@@ -337,7 +307,7 @@ class Enclave:
                 worker.known.add(key)
                 if reply.get("status") != "need_task":
                     break
-        except _ServerGone:
+        except ServerClosed:
             # The server died while it supervised this patch's run. Its children cannot
             # signal it, so this is attributed to the patch: a failure, never retried.
             tail = getattr(worker.handle, "stderr_tail", lambda: "")()
