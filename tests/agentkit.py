@@ -233,5 +233,11 @@ class ReplayEngine:
         pass
 
 
+def token_ids(x) -> list[int]:
+    """The ids of a tokenizer call or `apply_chat_template` result (a BatchEncoding or a
+    plain list, depending on the transformers version)."""
+    return list(x["input_ids"] if hasattr(x, "keys") else x)
+
+
 def is_nan(x: float) -> bool:
     return isinstance(x, float) and math.isnan(x)

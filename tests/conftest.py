@@ -36,6 +36,29 @@ def bwrap_sandbox():
     return _sandbox_or_skip("bwrap")
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one intra-op thread for a module (`pytestmark = pytest.mark.usefixtures(
+    "one_torch_thread")`): tiny-model decode is op-latency bound, a second thread only
+    spin-waits, and on a loaded 2-core CI box it makes those tests ~20x slower."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    """A tiny real policy directory (`build_tiny_policy`, seed 0), one per test module."""
+    from rlvr.engines.local_policy import build_tiny_policy
+
+    d = tmp_path_factory.mktemp("tiny") / "policy"
+    build_tiny_policy(d, seed=0)
+    return d
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_tracking(tmp_path_factory):
     """Stages run by tests log to a throwaway MLflow store, never the repo's mlflow.db."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from agentkit import token_ids
 
 from rlvr.engines.base import SamplingParams
-from rlvr.engines.local_policy import build_tiny_policy
 from rlvr.engines.sampling import process
 from rlvr.engines.torch_engine import TorchEngine
 from rlvr.train.logprobs import logprobs_from_logits, sequence_logprobs
@@ -17,26 +17,17 @@ PARAMS = [
     SamplingParams(temperature=1.0, max_new_tokens=16),
     SamplingParams(temperature=1.3, top_k=7, max_new_tokens=16),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lp") / "policy"
-    build_tiny_policy(d, seed=0)
-    return TorchEngine(d)
+def engine(policy_dir):
+    return TorchEngine(policy_dir)
 
 
 def _chat(engine, messages):
-    out = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
+    return token_ids(engine.tokenizer.apply_chat_template(messages,
+                                                          add_generation_prompt=True))
 
 
 def _two_turn_episode(engine, params, seed):

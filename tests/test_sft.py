@@ -8,9 +8,9 @@ import random
 
 import pytest
 import torch
+from agentkit import token_ids
 
 from rlvr.config import parse
-from rlvr.engines.local_policy import build_tiny_policy
 from rlvr.engines.model_dir import load_policy, load_tokenizer, weights_fingerprint
 from rlvr.errors import ConfigError
 from rlvr.train.config import EarlyStopParams, LoraParams, SFTParams, parse_sft_params
@@ -20,31 +20,15 @@ from rlvr.train.sft import (EarlyStopper, LossCurves, collate, masked_nll, micro
                             to_examples, train_sft, write_loss_csv)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sft") / "base"
-    build_tiny_policy(d, seed=0)
-    return d
-
-
-def _ids(x):
-    return list(x["input_ids"] if hasattr(x, "keys") else x)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def transcript(tok, i: int, turns: int = 3) -> dict:
     """A synthetic multi-turn agent transcript as an SFT_DATA row: prompt and observations
     masked out, each action + <|im_end|> trained."""
     rng = random.Random(i)
-    ids = _ids(tok.apply_chat_template([{"role": "user", "content": f"fix task {i}"}],
-                                       add_generation_prompt=True))
+    ids = token_ids(tok.apply_chat_template([{"role": "user", "content": f"fix task {i}"}],
+                                            add_generation_prompt=True))
     mask = [0] * len(ids)
     for t in range(turns):
         act = tok.encode(f'<tool_call>{{"name": "view", "args": {{"path": "pkg/m{i % 3}.py"}}}}'
@@ -59,8 +43,8 @@ def transcript(tok, i: int, turns: int = 3) -> dict:
 
 
 @pytest.fixture(scope="module")
-def rows(base):
-    tok = load_tokenizer(base)
+def rows(policy_dir):
+    tok = load_tokenizer(policy_dir)
     return [transcript(tok, i) for i in range(10)]
 
 
@@ -69,8 +53,8 @@ FAST = dict(max_steps=4, batch_size=4, warmup_steps=0, learning_rate=3e-3, eval_
 
 
 # ---- the loss mask -------------------------------------------------------------------------------
-def test_40_policy_tokens_of_330_normaliser_40_and_masked_tokens_get_zero_gradient(base):
-    model = load_policy(base).model
+def test_40_policy_tokens_of_330_normaliser_40_and_masked_tokens_get_zero_gradient(policy_dir):
+    model = load_policy(policy_dir).model
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, V, (1, 330), generator=g)
@@ -101,25 +85,27 @@ def test_40_policy_tokens_of_330_normaliser_40_and_masked_tokens_get_zero_gradie
                           scored, atol=1e-6)
 
 
-def test_the_trainer_normalises_by_the_policy_tokens_of_the_global_batch(base, rows, tmp_path):
+def test_the_trainer_normalises_by_the_policy_tokens_of_the_global_batch(policy_dir, rows,
+                                                                         tmp_path):
     """One step on one batch: logged loss == sum of policy NLL / policy-token count under
     the base weights; logged trainable tokens == that count."""
-    model = load_policy(base).model
+    model = load_policy(policy_dir).model
     ex = to_examples(rows[:4])
     n = sum(e.n_policy for e in ex)
     with torch.no_grad():
         ids, only = collate(ex, range(4), "cpu")
         expect = float(masked_nll(sequence_logprobs(model, ids, None, only=only).logprobs, only, n))
     seen = LossCurves()
-    train_sft(base, rows[:4], [], SFTParams(**{**FAST, "max_steps": 1}), tmp_path / "o", log=seen)
+    train_sft(policy_dir, rows[:4], [], SFTParams(**{**FAST, "max_steps": 1}), tmp_path / "o",
+              log=seen)
     first = seen.rows[0]
     assert first["train/trainable_tokens"] == n == sum(r["n_trainable_tokens"] - r["loss_mask"][0]
                                                         for r in rows[:4])
     assert abs(first["train/loss"] - expect) < 1e-5
 
 
-def test_micro_batching_does_not_change_the_gradient(base, rows):
-    model = load_policy(base).model
+def test_micro_batching_does_not_change_the_gradient(policy_dir, rows):
+    model = load_policy(policy_dir).model
     model.train()
     ex = to_examples(rows[:6])
     lengths = [len(e.ids) for e in ex]
@@ -147,11 +133,11 @@ def test_micro_batches_respect_the_padded_token_budget():
 
 
 # ---- learning and checkpoints --------------------------------------------------------------------
-def test_loss_decreases_on_a_tiny_overfit_set(base, rows, tmp_path):
+def test_loss_decreases_on_a_tiny_overfit_set(policy_dir, rows, tmp_path):
     seen = LossCurves()
     p = SFTParams(max_steps=25, batch_size=4, warmup_steps=2, learning_rate=2e-2, eval_every=0,
                   early_stop=EarlyStopParams(parse_error_stop=None))
-    res = train_sft(base, rows[:4], rows[4:6], p, tmp_path / "o", log=seen)
+    res = train_sft(policy_dir, rows[:4], rows[4:6], p, tmp_path / "o", log=seen)
     losses = [r["train/loss"] for r in seen.rows if "train/loss" in r]
     assert len(losses) == 25 and res.steps == 25 and res.stop_reason == "max_steps"
     assert losses[-1] < 0.5 * losses[0]
@@ -163,62 +149,62 @@ def _logits(model, ids):
         return model(input_ids=ids).logits
 
 
-def test_full_checkpoint_loads_back_with_the_trained_logits_and_a_card(base, rows, tmp_path):
+def test_full_checkpoint_loads_back_with_the_trained_logits_and_a_card(policy_dir, rows, tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "policy-sft"
-    res = train_sft(base, rows[:8], rows[8:], SFTParams(**FAST), out)
+    res = train_sft(policy_dir, rows[:8], rows[8:], SFTParams(**FAST), out)
     loaded = AutoModelForCausalLM.from_pretrained(out)
     ids = torch.tensor([rows[0]["token_ids"]])
     assert torch.allclose(_logits(loaded, ids), _logits(res.model, ids), atol=1e-5)
-    assert not torch.allclose(_logits(loaded, ids), _logits(load_policy(base).model, ids),
+    assert not torch.allclose(_logits(loaded, ids), _logits(load_policy(policy_dir).model, ids),
                               atol=1e-3)
     card = json.loads((out / "training.json").read_text())
-    assert card["base_model_hash"] == weights_fingerprint(base)
+    assert card["base_model_hash"] == weights_fingerprint(policy_dir)
     assert card["data_hash"] == data_hash(rows[:8] + rows[8:])
     assert card["params"]["learning_rate"] == 3e-3 and card["metrics"]["steps"] == 4
     assert card["metrics"]["val_loss"] == pytest.approx(res.val_loss, abs=1e-5)
     assert "data hash" in (out / "README.md").read_text()
-    assert load_tokenizer(out)("def f").input_ids == load_tokenizer(base)("def f").input_ids
+    assert load_tokenizer(out)("def f").input_ids == load_tokenizer(policy_dir)("def f").input_ids
     assert load_policy(out).version == weights_fingerprint(out)
     assert not list(tmp_path.glob(".policy-sft*"))  # no temp dir left behind
 
 
-def test_lora_checkpoint_loads_back_merged_and_as_an_adapter(base, rows, tmp_path):
+def test_lora_checkpoint_loads_back_merged_and_as_an_adapter(policy_dir, rows, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "lora"
     p = SFTParams(**{**FAST, "learning_rate": 2e-2},
                   lora=LoraParams(enabled=True, r=8, alpha=16))
-    res = train_sft(base, rows[:8], rows[8:], p, out)
+    res = train_sft(policy_dir, rows[:8], rows[8:], p, out)
     ids = torch.tensor([rows[1]["token_ids"]])
     merged = AutoModelForCausalLM.from_pretrained(out)
     assert torch.allclose(_logits(merged, ids), _logits(res.model, ids), atol=1e-5)
-    base_model = load_policy(base).model
+    base_model = load_policy(policy_dir).model
     assert not torch.allclose(_logits(merged, ids), _logits(base_model, ids), atol=1e-4)
     adapted = PeftModel.from_pretrained(base_model, out / "adapter")
     assert torch.allclose(_logits(adapted, ids), _logits(merged, ids), atol=1e-5)
     # LoRA touched only the targeted matrices: embeddings and norms are the base's
-    sd, sd0 = merged.state_dict(), load_policy(base).model.state_dict()
+    sd, sd0 = merged.state_dict(), load_policy(policy_dir).model.state_dict()
     assert torch.equal(sd["model.embed_tokens.weight"], sd0["model.embed_tokens.weight"])
     assert not torch.equal(sd["model.layers.0.mlp.down_proj.weight"],
                            sd0["model.layers.0.mlp.down_proj.weight"])
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
-def test_one_deepspeed_step_equals_one_torch_step(base, rows, tmp_path, stage):
+def test_one_deepspeed_step_equals_one_torch_step(policy_dir, rows, tmp_path, stage):
     p = dict(max_steps=1, batch_size=6, warmup_steps=0, learning_rate=1e-2, eval_every=0,
              micro_batch_tokens=600, grad_clip=0.5, weight_decay=0.1,
              early_stop=EarlyStopParams(parse_error_stop=None))
     from transformers import AutoModelForCausalLM
 
-    train_sft(base, rows[:6], [], SFTParams(**p), tmp_path / "torch")
-    train_sft(base, rows[:6], [], SFTParams(**p, backend="deepspeed", zero_stage=stage),
+    train_sft(policy_dir, rows[:6], [], SFTParams(**p), tmp_path / "torch")
+    train_sft(policy_dir, rows[:6], [], SFTParams(**p, backend="deepspeed", zero_stage=stage),
               tmp_path / "ds")
     # compared as written (under ZeRO-3 the in-memory weights are partitioned)
     ref, ds = (AutoModelForCausalLM.from_pretrained(tmp_path / d) for d in ("torch", "ds"))
-    b = load_policy(base).model.state_dict()
+    b = load_policy(policy_dir).model.state_dict()
     for (name, a), (_, d) in zip(ref.state_dict().items(), ds.state_dict().items()):
         assert not torch.equal(a, b[name]), name  # the step moved every weight
         assert torch.allclose(a, d, atol=1e-6, rtol=1e-5), name
@@ -245,7 +231,7 @@ def test_early_stopper_stops_once_the_format_is_stable_after_min_steps():
     assert s.update(30, 1.4, None, 0.02) == "format_stable"
 
 
-def test_on_eval_numbers_are_logged_and_drive_the_stop(base, rows, tmp_path):
+def test_on_eval_numbers_are_logged_and_drive_the_stop(policy_dir, rows, tmp_path):
     calls = []
 
     def on_eval(step, model):
@@ -256,7 +242,7 @@ def test_on_eval_numbers_are_logged_and_drive_the_stop(base, rows, tmp_path):
     seen = LossCurves()
     p = SFTParams(max_steps=20, batch_size=4, eval_every=2, warmup_steps=0,
                   early_stop=EarlyStopParams(parse_error_stop=0.05))
-    res = train_sft(base, rows[:8], rows[8:], p, tmp_path / "o", log=seen, on_eval=on_eval)
+    res = train_sft(policy_dir, rows[:8], rows[8:], p, tmp_path / "o", log=seen, on_eval=on_eval)
     assert res.stop_reason == "format_stable" and res.steps == 4 and calls == [2, 4]
     assert [r["eval/parse_error_rate"] for r in seen.rows if "eval/parse_error_rate" in r] == [0.5, 0.01]
     assert json.loads((tmp_path / "o" / "training.json").read_text())["metrics"]["stop_reason"] \
@@ -294,10 +280,10 @@ def test_bad_params_are_a_config_error_naming_the_key(section, key):
         parse_sft_params(section)
 
 
-def test_a_lora_target_the_model_lacks_is_named(base, rows, tmp_path):
+def test_a_lora_target_the_model_lacks_is_named(policy_dir, rows, tmp_path):
     p = SFTParams(**FAST, lora=LoraParams(enabled=True, target_modules=("q_proj", "c_attn")))
     with pytest.raises(ConfigError, match=r"sft\.lora\.target_modules.*c_attn"):
-        train_sft(base, rows[:4], [], p, tmp_path / "o")
+        train_sft(policy_dir, rows[:4], [], p, tmp_path / "o")
 
 
 def test_params_yaml_sft_section_parses():
@@ -308,11 +294,12 @@ def test_params_yaml_sft_section_parses():
     assert set(p.lora.target_modules) >= {"q_proj", "gate_proj", "up_proj", "down_proj"}
 
 
-def test_validation_worsening_while_train_falls_stops_and_writes_the_best_weights(base, tmp_path):
+def test_validation_worsening_while_train_falls_stops_and_writes_the_best_weights(policy_dir,
+                                                                                  tmp_path):
     """Over-fit 2 transcripts at a high rate; validate on transcripts whose actions differ:
     validation gets worse while the train loss falls -> stop, and the written weights are
     those of the best validation evaluation."""
-    tok = load_tokenizer(base)
+    tok = load_tokenizer(policy_dir)
     train_rows = [transcript(tok, i) for i in range(2)]
     val_rows = []
     for i in range(2):
@@ -324,7 +311,7 @@ def test_validation_worsening_while_train_falls_stops_and_writes_the_best_weight
     p = SFTParams(max_steps=60, batch_size=2, warmup_steps=0, learning_rate=3e-2, eval_every=3,
                   lr_scheduler_type="constant",
                   early_stop=EarlyStopParams(patience=2, parse_error_stop=None))
-    res = train_sft(base, train_rows, val_rows, p, tmp_path / "o")
+    res = train_sft(policy_dir, train_rows, val_rows, p, tmp_path / "o")
     vals = [e["val/loss"] for e in res.evals]
     assert res.stop_reason == "val_worsening" and res.steps < 60
     assert res.val_loss == pytest.approx(min(vals)) and vals[-1] > min(vals)

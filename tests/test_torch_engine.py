@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from agentkit import token_ids
 
 from rlvr.engines import build_engine
 from rlvr.engines.base import SamplingParams, TokenEngine
-from rlvr.engines.local_policy import build_tiny_policy
 from rlvr.engines.model_dir import weights_fingerprint
 from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
@@ -16,21 +16,7 @@ TOL = 1e-4
 NUCLEUS = SamplingParams(temperature=0.7, top_p=0.9, top_k=40, max_new_tokens=24)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny-model decode is op-latency bound: a second intra-op thread only spin-waits, and on
-    a loaded 2-core CI box it makes these tests ~20x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("engine") / "policy"
-    build_tiny_policy(d, seed=0)
-    return d
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +32,8 @@ def prompts(engine):
     b = tok.apply_chat_template([{"role": "system", "content": "You are a coding agent."},
                                  {"role": "user", "content": "def mean(xs): return 0"}],
                                 add_generation_prompt=True)
-    a, b = list(_ids(a)), list(_ids(b))
+    a, b = token_ids(a), token_ids(b)
     return [a, a, a, b, b, a[:5], b, a]  # two groups interleaved + a distinct short prompt
-
-
-def _ids(x):
-    return x["input_ids"] if isinstance(x, dict) or hasattr(x, "keys") else x
 
 
 def _max_gap(engine, prompts, samples, params):
