@@ -233,6 +233,19 @@ class ReplayEngine:
         pass
 
 
+def assert_warm_server_gone(server, handle) -> None:
+    """A warm run_tests server (`warm_servers` fixture) was closed by its owner, not left
+    to GC, and its process no longer exists."""
+    import os
+
+    import pytest
+
+    assert server.handle is None
+    assert not handle.alive()
+    with pytest.raises(ProcessLookupError):
+        os.kill(handle.pid, 0)
+
+
 def token_ids(x) -> list[int]:
     """The ids of a tokenizer call or `apply_chat_template` result (a BatchEncoding or a
     plain list, depending on the transformers version)."""

@@ -59,6 +59,23 @@ def policy_dir(tmp_path_factory):
     return d
 
 
+@pytest.fixture
+def warm_servers(monkeypatch):
+    """Every warm run_tests server the test starts, as (server, the process handle it
+    started with): the handle outlives `server.handle`, so a test can check it is gone."""
+    from rlvr.agent import warm_tests
+
+    started = []
+    real_start = warm_tests.WarmTestServer.start
+
+    def recording_start(self):
+        real_start(self)
+        started.append((self, self.handle))
+
+    monkeypatch.setattr(warm_tests.WarmTestServer, "start", recording_start)
+    return started
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_tracking(tmp_path_factory):
     """Stages run by tests log to a throwaway MLflow store, never the repo's mlflow.db."""

@@ -2,12 +2,9 @@
 the collector) releases what it holds — its workspace and its warm run_tests server."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from agentkit import ReplayEngine, count_task, tiny_policy_dir
-from rlvr.agent import warm_tests
+from agentkit import ReplayEngine, assert_warm_server_gone, count_task, tiny_policy_dir
 from rlvr.agent.collector import Collector
 from rlvr.agent.episode import EpisodeConfig
 from rlvr.agent.tools import format_tool_call
@@ -47,23 +44,9 @@ class AbortingTeacher:
         pass
 
 
-@pytest.fixture
-def servers(monkeypatch):
-    """Every warm server started, with the process handle it started."""
-    started = []
-    real_start = warm_tests.WarmTestServer.start
-
-    def recording_start(self):
-        real_start(self)
-        started.append((self, self.handle))
-
-    monkeypatch.setattr(warm_tests.WarmTestServer, "start", recording_start)
-    return started
-
-
 @pytest.mark.parametrize("kind", ["token", "text"])
-def test_a_failing_episode_leaves_no_server_process_and_no_workspace(kind, tmp_path, servers,
-                                                                     bwrap_sandbox):
+def test_a_failing_episode_leaves_no_server_process_and_no_workspace(kind, tmp_path,
+                                                                     warm_servers, bwrap_sandbox):
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
     engine = AbortingEngine(codec, [RUN_TESTS]) if kind == "token" else AbortingTeacher()
     config = EpisodeConfig(codec=codec, sandbox=bwrap_sandbox, workspace_parent=tmp_path,
@@ -73,10 +56,7 @@ def test_a_failing_episode_leaves_no_server_process_and_no_workspace(kind, tmp_p
     with pytest.raises(Abort):
         collector.run([count_task()], on_group=groups.append)
     assert groups == []
-    assert len(servers) == 2  # each episode's first run_tests started its warm server
-    for server, handle in servers:
-        assert server.handle is None  # closed by the collector, not left to GC
-        assert not handle.alive()
-        with pytest.raises(ProcessLookupError):
-            os.kill(handle.pid, 0)
+    assert len(warm_servers) == 2  # each episode's first run_tests started its warm server
+    for server, handle in warm_servers:
+        assert_warm_server_gone(server, handle)  # closed by the collector, not left to GC
     assert list(tmp_path.iterdir()) == []  # the workspaces are gone too

@@ -2,13 +2,12 @@
 byte, at least the cold path's isolation, and a server that lives exactly one episode."""
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from agentkit import ReplayEngine, count_task, tiny_policy_dir
+from agentkit import ReplayEngine, assert_warm_server_gone, count_task, tiny_policy_dir
 from rlvr.agent import warm_tests
 from rlvr.agent.executor import ToolExecutor
 from rlvr.agent.tools import ToolCall, format_tool_call
@@ -217,18 +216,10 @@ def test_without_a_serve_api_the_cold_path_runs(tmp_path, bwrap_sandbox):
         assert warm.runs == {"warm": 0, "cold": 1} and "supervisor" in warm.warm_off
 
 
-def test_the_server_is_gone_when_the_episode_ends(tmp_path, bwrap_sandbox, monkeypatch):
+def test_the_server_is_gone_when_the_episode_ends(tmp_path, bwrap_sandbox, warm_servers):
     from rlvr.agent.episode import EpisodeConfig, EpisodeSpec, run_episode
     from rlvr.agent.transcript import ChatCodec
 
-    started = []
-    real_start = warm_tests.WarmTestServer.start
-
-    def recording_start(self):
-        real_start(self)
-        started.append((self, self.handle))
-
-    monkeypatch.setattr(warm_tests.WarmTestServer, "start", recording_start)
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
     actions = [format_tool_call("run_tests", {}), format_tool_call("run_tests", {}),
                format_tool_call("submit", {})]
@@ -240,12 +231,9 @@ def test_the_server_is_gone_when_the_episode_ends(tmp_path, bwrap_sandbox, monke
     assert episode.stop_reason == "submitted"
     assert [t.tool_status for t in episode.turns[:2]] == ["ok", "ok"]
     assert episode.executor.runs == {"warm": 2, "cold": 0}
-    assert len(started) == 1
-    server, handle = started[0]
-    assert server.handle is None and episode.executor.warm_server is None
-    assert not handle.alive()
-    with pytest.raises(ProcessLookupError):
-        os.kill(handle.pid, 0)
+    assert len(warm_servers) == 1
+    assert episode.executor.warm_server is None
+    assert_warm_server_gone(*warm_servers[0])
 
 
 def test_reply_mapping_matches_the_backends():
