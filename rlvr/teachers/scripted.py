@@ -43,7 +43,7 @@ import ast
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rlvr.agent.tools import format_tool_call
 from rlvr.tasks.model import Task
@@ -513,33 +513,30 @@ def _token_diff(before: str, after: str) -> tuple[str, str]:
     """(old, new): the differing middle of two lines in whole tokens (words, operator runs,
     blanks), widened one token at a time until `old` is non-blank and occurs exactly once in
     `before`; ("", "") if no such span exists."""
-    found = _unique_change(_TOKEN.findall(before), _TOKEN.findall(after), before,
-                           lambda tokens, lo, hi: "".join(tokens[lo:hi]))
-    return found[:2] if found else ("", "")
+    ta, tb = _TOKEN.findall(before), _TOKEN.findall(after)
+    i = 0
+    while i < min(len(ta), len(tb)) and ta[i] == tb[i]:
+        i += 1
+    j = 0
+    while j < min(len(ta), len(tb)) - i and ta[len(ta) - 1 - j] == tb[len(tb) - 1 - j]:
+        j += 1
+    lo, hi_a, hi_b = i, len(ta) - j, len(tb) - j
+    while True:
+        old = "".join(ta[lo:hi_a])
+        if old.strip() and before.count(old) == 1:
+            return old, "".join(tb[lo:hi_b])
+        if lo > 0:
+            lo -= 1
+        elif hi_a < len(ta):
+            hi_a, hi_b = hi_a + 1, hi_b + 1
+        else:
+            return "", ""
 
 
 def line_edit(current: str, target: str) -> tuple[str, str, int]:
     """(old, new, first line) turning `current` into `target` with one exact-span
     replacement: the changed lines, widened until `old` occurs exactly once."""
-    def span(lines: list[str], lo: int, hi: int) -> str:
-        # whole lines with their newlines, so that inserting / deleting lines works
-        return "".join(x + "\n" for x in lines[lo:hi]) if hi < len(lines) else \
-            "\n".join(lines[lo:hi])
-
-    found = _unique_change(current.split("\n"), target.split("\n"), current, span)
-    if found is None:  # `current` is blank: replace all of it
-        return current, target, 1
-    old, new, lo = found
-    return old, new, lo + 1
-
-
-def _unique_change(a: list[str], b: list[str], whole: str,
-                   text: Callable[[list[str], int, int], str]) -> tuple[str, str, int] | None:
-    """The differing middle of `a` -> `b` (lines or tokens of `whole` and of its target:
-    their common prefix and suffix cut off), widened one item at a time, leftward first, until
-    its text `text(a, lo, hi)` is non-blank and occurs exactly once in `whole`:
-    (old, new, lo) with `lo` the 0-based index of the first item; None when even all of `a`
-    does not (it is blank)."""
+    a, b = current.split("\n"), target.split("\n")
     i = 0
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
@@ -547,13 +544,21 @@ def _unique_change(a: list[str], b: list[str], whole: str,
     while j < min(len(a), len(b)) - i and a[len(a) - 1 - j] == b[len(b) - 1 - j]:
         j += 1
     lo, hi_a, hi_b = i, len(a) - j, len(b) - j
+
+    def span(lines: list[str], lo: int, hi: int) -> str:
+        # whole lines with their newlines, so that inserting / deleting lines works
+        return "".join(x + "\n" for x in lines[lo:hi]) if hi < len(lines) else \
+            "\n".join(lines[lo:hi])
+
     while True:
-        old = text(a, lo, hi_a)
-        if old.strip() and whole.count(old) == 1:
-            return old, text(b, lo, hi_b), lo
+        old = span(a, lo, hi_a)
+        if old.strip() and current.count(old) == 1:
+            break
         if lo > 0:
             lo -= 1
         elif hi_a < len(a):
-            hi_a, hi_b = hi_a + 1, hi_b + 1
+            hi_a += 1
+            hi_b += 1
         else:
-            return None
+            break
+    return old, span(b, lo, hi_b), lo + 1
