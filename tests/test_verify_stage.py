@@ -116,30 +116,6 @@ def test_infra_errors_are_counted_apart_and_leave_the_denominator():
     assert summarize_verdicts([])["success_rate_excluding_infra"] == 0.0
 
 
-def test_verdict_timings_are_split_off_and_a_row_without_them_is_named():
-    from rlvr.enclave.batch import summarize_verdicts, verdict_timing_rows
-    from rlvr.errors import ArtifactError
-
-    def v(cid, **timing):
-        return {"task_id": "t", "candidate_id": cid, "origin": "rollout:x", "success": True,
-                "reason": "none", "runs": 1, **timing}
-
-    rows = [v("a", wall_seconds=0.5, cpu_seconds=0.25, max_rss_kb=10),
-            v("b", wall_seconds=1.0, cpu_seconds=None, max_rss_kb=None)]
-    timings = verdict_timing_rows(rows)
-    assert timings == [{"candidate_id": "a", "wall_seconds": 0.5, "cpu_seconds": 0.25,
-                        "max_rss_kb": 10},
-                       {"candidate_id": "b", "wall_seconds": 1.0, "cpu_seconds": None,
-                        "max_rss_kb": None}]
-    m = summarize_verdicts(rows, timings={t["candidate_id"]: t for t in timings})
-    assert (m["wall_seconds_total"], m["cpu_seconds_total"], m["max_rss_kb"]) == (1.5, 0.25, 10)
-    missing = r"verdict 'c': no timing field\(s\) \['wall_seconds', 'cpu_seconds', 'max_rss_kb'\]"
-    with pytest.raises(ArtifactError, match=missing):
-        verdict_timing_rows([*rows, v("c")])
-    with pytest.raises(ArtifactError, match=r"no timings for 1 verdict\(s\), e.g. 'b'"):
-        summarize_verdicts(rows, timings={"a": timings[0]})
-
-
 def test_verdicts_are_written_back_into_the_passports(pools, tmp_path, capsys, monkeypatch):
     from agentkit import tiny_policy_dir
     from rlvr.agent.passport import needs_verdict, read_trajectories, write_trajectories

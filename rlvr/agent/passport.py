@@ -46,7 +46,7 @@ from rlvr.agent.repetition import RepetitionParams, first_repetition
 from rlvr.rl.reward import (format_reward, length_fraction, rollout_outcome,
                             trajectory_reward)
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import as_table, read_table, timing_sidecar_rows, write_tables
+from rlvr.artifacts.io import as_table, read_table, write_tables
 from rlvr.errors import ArtifactError
 from rlvr.tasks.patches import PATCH_POLICY_VERSION
 
@@ -263,8 +263,16 @@ def deterministic_view(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def timing_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The `schemas.TRAJECTORY_TIMINGS` rows of in-memory passports (`passport_row`); a row
     read back from a trajectories file has none (ArtifactError naming the trajectory)."""
-    return timing_sidecar_rows(rows, "trajectory_id", schemas.TRAJECTORY_TIMING_COLUMNS,
-                               "trajectory")
+    out = []
+    for r in rows:
+        missing = [c for c in schemas.TRAJECTORY_TIMING_COLUMNS if c not in r]
+        if missing:
+            raise ArtifactError(f"trajectory {r.get('trajectory_id')!r}: no timing field(s) "
+                                f"{missing} (a passport read from disk keeps its timings in "
+                                "the sidecar)")
+        out.append({"trajectory_id": r["trajectory_id"],
+                    **{c: r[c] for c in schemas.TRAJECTORY_TIMING_COLUMNS}})
+    return out
 
 
 # ---- table-level checks -----------------------------------------------------------------------

@@ -33,7 +33,6 @@ import statistics
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
@@ -46,10 +45,10 @@ from rlvr.agent.passport import (check_alignment, needs_verdict, parse_error_rat
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import file_sha256, read_table, timings_of, write_table
+from rlvr.artifacts.io import file_sha256, read_table, write_table
 from rlvr.config import as_dict, load_section
 from rlvr.engines.base import Decoding, TokenEngine
-from rlvr.errors import ConfigError, RlvrError
+from rlvr.errors import ArtifactError, ConfigError, RlvrError
 from rlvr.progress import progress
 from rlvr.rl.reward import RewardParams
 from rlvr.sandbox.params import SandboxParams
@@ -300,7 +299,11 @@ def summarize(rows: list[dict], timings: Mapping[str, Mapping[str, Any]] | None 
         "tokens_total_sum": sum(total),
     }
     if timings is not None:
-        mine = timings_of(rows, timings, itemgetter("trajectory_id"), "trajectory(ies)")
+        missing = [r["trajectory_id"] for r in rows if r["trajectory_id"] not in timings]
+        if missing:
+            raise ArtifactError(f"no timings for {len(missing)} trajectory(ies), e.g. "
+                                f"{missing[0]!r}")
+        mine = [timings[r["trajectory_id"]] for r in rows]
         out["tool_seconds_sum"] = round(sum(s for t in mine for s in t["tool_latency_s"]), 3)
         out["episode_seconds"] = dist([t["wall_seconds"] for t in mine])
     return out

@@ -11,7 +11,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -88,31 +88,6 @@ def timings_path(path: Path | str) -> Path:
     path = Path(path)
     stem = path.name[:-len(".parquet")] if path.name.endswith(".parquet") else path.name
     return path.with_name(f"{stem}.timings.parquet")
-
-
-def timing_sidecar_rows(rows: Iterable[Mapping[str, Any]], key: str, columns: Sequence[str],
-                        what: str) -> list[dict[str, Any]]:
-    """The timings-sidecar rows of in-memory artifact rows: each row's `key` and `columns`.
-    A row lacking one of `columns` (one read back from the artifact: the file keeps no
-    timings) is an ArtifactError naming the `what` by its key and the missing fields."""
-    out = []
-    for r in rows:
-        missing = [c for c in columns if c not in r]
-        if missing:
-            raise ArtifactError(f"{what} {r.get(key)!r}: no timing field(s) {missing} (a "
-                                f"{what} read from disk keeps its timings in the sidecar)")
-        out.append({key: r[key], **{c: r[c] for c in columns}})
-    return out
-
-
-def timings_of(rows: Sequence[Mapping[str, Any]], timings: Mapping[Hashable, Mapping[str, Any]],
-               key: Callable[[Mapping[str, Any]], Hashable], what: str) -> list[Mapping[str, Any]]:
-    """The timings (`key(row)` -> sidecar row) of each of `rows`, in order; rows with none
-    are an ArtifactError counting them in `what` (a plural: "verdict(s)") and naming one."""
-    missing = [key(r) for r in rows if key(r) not in timings]
-    if missing:
-        raise ArtifactError(f"no timings for {len(missing)} {what}, e.g. {missing[0]!r}")
-    return [timings[key(r)] for r in rows]
 
 
 def read_table(path: Path | str, schema: pa.Schema, contract: str | None = None) -> pa.Table:

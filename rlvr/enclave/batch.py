@@ -26,15 +26,14 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import read_table, timing_sidecar_rows, timings_of, write_tables
+from rlvr.artifacts.io import read_table, write_tables
 from rlvr.config import load_section
 from rlvr.enclave.core import Enclave
-from rlvr.errors import RlvrError, UnknownTaskError
+from rlvr.errors import ArtifactError, RlvrError, UnknownTaskError
 from rlvr.progress import progress
 from rlvr.sandbox.params import SandboxParams
 from rlvr.seeds import derive_seed
@@ -102,7 +101,16 @@ def _measurements(wall_seconds: float, resources: Mapping[str, Any]) -> dict[str
 
 def verdict_timing_rows(rows: Sequence[Mapping]) -> list[dict]:
     """The `schemas.VERDICT_TIMINGS` rows of in-memory verdict rows (`verify_patches`)."""
-    return timing_sidecar_rows(rows, "candidate_id", schemas.VERDICT_TIMING_COLUMNS, "verdict")
+    out = []
+    for r in rows:
+        missing = [c for c in schemas.VERDICT_TIMING_COLUMNS if c not in r]
+        if missing:
+            raise ArtifactError(f"verdict {r.get('candidate_id')!r}: no timing field(s) "
+                                f"{missing} (a verdict read from disk keeps them in the "
+                                "sidecar)")
+        out.append({"candidate_id": r["candidate_id"],
+                    **{c: r[c] for c in schemas.VERDICT_TIMING_COLUMNS}})
+    return out
 
 
 def write_verdicts(path: Path | str, rows: Sequence[Mapping], *,
@@ -158,7 +166,11 @@ def summarize_verdicts(rows: Sequence[Mapping],
         "by_origin": by_origin,
     }
     if timings is not None:
-        mine = timings_of(rows, timings, itemgetter("candidate_id"), "verdict(s)")
+        missing = [r["candidate_id"] for r in rows if r["candidate_id"] not in timings]
+        if missing:
+            raise ArtifactError(f"no timings for {len(missing)} verdict(s), e.g. "
+                                f"{missing[0]!r}")
+        mine = [timings[r["candidate_id"]] for r in rows]
         out["wall_seconds_total"] = round(sum(t["wall_seconds"] for t in mine), 3)
         out["cpu_seconds_total"] = round(sum(t["cpu_seconds"] or 0.0 for t in mine), 3)
         out["max_rss_kb"] = max((t["max_rss_kb"] or 0 for t in mine), default=0)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from rlvr.agent.passport import invalid_turns
-from rlvr.artifacts.io import read_table, timings_of, write_tables, write_text
+from rlvr.artifacts.io import read_table, write_tables, write_text
 from rlvr.artifacts.schemas import EVAL, EVAL_TIERS, EVAL_TIMING_COLUMNS, EVAL_TIMINGS
 from rlvr.errors import ArtifactError
 from rlvr.evaluate.metrics import (PairingError, paired_difference, pass_rate_interval,
@@ -197,7 +197,10 @@ def _cost(rows: Sequence[Mapping[str, Any]], solved: int,
           timings: Mapping[tuple, Mapping[str, Any]]) -> dict[str, float]:
     """Seconds spent on a group of eval rows (every episode, infra ones included: what the
     solutions cost), per episode and per solved task (NaN: nothing solved)."""
-    mine = timings_of(rows, timings, timing_key, "eval row(s)")
+    missing = [timing_key(r) for r in rows if timing_key(r) not in timings]
+    if missing:
+        raise ArtifactError(f"no timings for {len(missing)} eval row(s), e.g. {missing[0]}")
+    mine = [timings[timing_key(r)] for r in rows]
 
     def total(column: str) -> float:
         return math.fsum(t[column] or 0.0 for t in mine)
