@@ -24,6 +24,7 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,8 +119,6 @@ def main() -> None:
         seed = args.reuse_pipeline
         if seed != sft.seed:
             raise SystemExit(f"--reuse-pipeline {seed}: params.yaml has sft.seed {sft.seed}")
-        reused = [dict(r, run=f"seed{seed}" if r["checkpoint"] == "sft" else r["run"])
-                  for r in read_eval(ROOT / "artifacts/eval.parquet")]
         curves[seed] = read_curves(ROOT / "plots/sft_curves.csv")
         checkpoints[seed] = ROOT / "models/policy-sft"
         card = json.loads((ROOT / "models/policy-sft/training.json").read_text())
@@ -146,6 +145,11 @@ def main() -> None:
         print(f"seed {seed}: {len(train)} demos, {result.steps} steps ({result.stop_reason}), "
               f"loss {result.train_loss:.3f}", flush=True)
     plot_curves(curves, args.out / "sft_curves.png")
+    if args.reuse_pipeline is not None:  # read late: the DAG's evaluate may still be running
+        while not (ROOT / "metrics/evaluate.json").is_file():
+            time.sleep(10)
+        reused = [dict(r, run=f"seed{args.reuse_pipeline}" if r["checkpoint"] == "sft"
+                       else r["run"]) for r in read_eval(ROOT / "artifacts/eval.parquet")]
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
         eval_rows = reused or evaluate_checkpoint(args.base, sets, evalp, sandbox,
