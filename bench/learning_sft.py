@@ -119,10 +119,7 @@ def main() -> None:
         seed = args.reuse_pipeline
         if seed != sft.seed:
             raise SystemExit(f"--reuse-pipeline {seed}: params.yaml has sft.seed {sft.seed}")
-        curves[seed] = read_curves(ROOT / "plots/sft_curves.csv")
         checkpoints[seed] = ROOT / "models/policy-sft"
-        card = json.loads((ROOT / "models/policy-sft/training.json").read_text())
-        summary[f"sft_seed{seed}"] = {"reused": "make pipeline", **card.get("metrics", {})}
     for seed in args.seeds:
         if seed in checkpoints:
             continue
@@ -144,10 +141,15 @@ def main() -> None:
                                       "seconds": round(result.seconds, 1)}
         print(f"seed {seed}: {len(train)} demos, {result.steps} steps ({result.stop_reason}), "
               f"loss {result.train_loss:.3f}", flush=True)
-    plot_curves(curves, args.out / "sft_curves.png")
-    if args.reuse_pipeline is not None:  # read late: the DAG's evaluate may still be running
+    if args.reuse_pipeline is not None:  # read late: the DAG's sft / evaluate may still run
         while not (ROOT / "metrics/evaluate.json").is_file():
             time.sleep(10)
+        seed = args.reuse_pipeline
+        curves[seed] = read_curves(ROOT / "plots/sft_curves.csv")
+        card = json.loads((ROOT / "models/policy-sft/training.json").read_text())
+        summary[f"sft_seed{seed}"] = {"reused": "make pipeline", **card.get("metrics", {})}
+    plot_curves(curves, args.out / "sft_curves.png")
+    if args.reuse_pipeline is not None:
         reused = [dict(r, run=f"seed{args.reuse_pipeline}" if r["checkpoint"] == "sft"
                        else r["run"]) for r in read_eval(ROOT / "artifacts/eval.parquet")]
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
