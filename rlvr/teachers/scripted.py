@@ -45,6 +45,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.tools import format_tool_call
 from rlvr.tasks.model import Task
 
@@ -56,7 +57,6 @@ _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _COUNTS = re.compile(r"(\d+) (failed|error|errors|passed)")
 _EXIT = re.compile(r"\[pytest exit code (\d+)\]")
 _NOT_WRAP = re.compile(r"\bnot \(")
-_SUSPICIOUS = re.compile(r"^([\w./-]+\.py):(\d+): .*\[(\d+) failing, (\d+) passing\]$", re.M)
 # Which kind of candidate fix to try first among equally suspicious lines: the rarest, most
 # telling edits first (a `not (...)` wrapper is a smell; `wrong_variable` has the most sites).
 _TRY_ORDER = {"drop_negation": 0, "comparison_flip": 1, "boolean_swap": 2, "arithmetic_swap": 3,
@@ -274,11 +274,9 @@ class BoundTeacher:
         evidence names (source frames, calls in failing tests and assertions, the
         instruction) — those in hinted files first — then the rest of the hinted files."""
         defs = self._definitions()
-        found = [m for m in _SUSPICIOUS.finditer(
-            output.split("suspicious lines", 1)[1] if "suspicious lines" in output else "")
-            if m.group(1) in self.sources]
-        self.observed = [(m.group(1), int(m.group(2))) for m in found]
-        self.observed_counts = [(int(m.group(3)), int(m.group(4))) for m in found]
+        found = [s for s in suspicious_lines(output) if s.path in self.sources]
+        self.observed = [(s.path, s.line) for s in found]
+        self.observed_counts = [(s.failing, s.passing) for s in found]
         flagged = [(p, q) for p, n in self.observed
                    for q in [_function_at(self.files[p], n)] if q]
         evidence: list[tuple[str, str]] = []
