@@ -9,10 +9,13 @@ import pytest
 
 from agentkit import tiny_policy_dir
 from rlvr.agent.executor import edit_line
+from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.tools import parse_action
 from rlvr.agent.transcript import ChatCodec
-from rlvr.train.pretrain import (PretrainParams, pretrain_policy, pretrain_rows,
+from rlvr.agent.tools import format_tool_call
+from rlvr.train.pretrain import (PretrainParams, pretrain_policy, pretrain_rows, repair_cases,
                                  synthetic_episodes)
+from rlvr.train.probe import _copy_profile, copy_probe
 
 SOURCE = '''def clamp(x, lo, hi):
     """Clamp x into [lo, hi]."""
@@ -42,9 +45,10 @@ def _turns(text: str) -> list[tuple[str, str]]:
 
 
 def test_episodes_show_the_bug_line_and_their_edit_undoes_the_bug(codec):
-    episodes = synthetic_episodes({"pkg/core.py": SOURCE}, 20, codec, seed=0)
-    assert len(episodes) == 20 and len({tuple(e) for e in episodes}) > 5
-    for ids in episodes:
+    episodes = synthetic_episodes({"pkg/core.py": SOURCE}, codec, PretrainParams(episodes=20))
+    assert len(episodes) == 20 and len({tuple(e) for e, _ in episodes}) > 5
+    for ids, mask in episodes:
+        assert set(mask) == {1}
         msgs = _turns(codec.decode(ids))
         assert [r for r, _ in msgs][:3] == ["system", "user", "assistant"]
         actions = [parse_action(c) for r, c in msgs if r == "assistant"]
@@ -52,8 +56,9 @@ def test_episodes_show_the_bug_line_and_their_edit_undoes_the_bug(codec):
         assert [a.call.name for a in actions] == ["run_tests", "edit", "run_tests", "submit"]
         args = actions[1].call.args
         observation = msgs[3][1]
-        flagged = re.findall(r"^pkg/core\.py:(\d+): (.*)  \[", observation, re.M)
-        shown = dict((int(n), text) for n, text in flagged)
+        suspects = suspicious_lines(observation)
+        assert {s.path for s in suspects} == {"pkg/core.py"}
+        shown = {s.line: s.text for s in suspects}
         assert args["line"] in shown and args["old"] in shown[args["line"]]
         # rebuild the mutated file from the flagged line: the edit restores the original
         lines = SOURCE.split("\n")
@@ -76,3 +81,61 @@ def test_rows_train_every_token_and_pretraining_writes_a_policy(codec, tmp_path)
     assert (tmp_path / "pt" / "config.json").is_file()
     assert (tmp_path / "pt" / "tokenizer.json").read_bytes() == (
         tiny_policy_dir() / "tokenizer.json").read_bytes()
+
+
+def test_shifted_renamed_cases_still_point_at_the_bug_and_action_masks_cover_actions(codec):
+    cases = repair_cases({"pkg/core.py": SOURCE}, 30, seed=1, line_shift=20, rename_paths=0.5)
+    plain = repair_cases({"pkg/core.py": SOURCE}, 30, seed=1)
+    assert len({c.edit["line"] for c in cases}) > len({c.edit["line"] for c in plain})
+    renamed = [c for c in cases if c.path != "pkg/core.py"]
+    assert 5 < len(renamed) < 25 and all(c.path.endswith("/core.py") for c in renamed)
+    for c in cases:
+        shown = {(s.path, s.line): s.text for s in suspicious_lines(c.observation)}
+        assert (c.edit["path"], c.edit["line"]) in shown  # the bug is listed where it now is
+        assert c.edit["old"] in shown[(c.edit["path"], c.edit["line"])]
+    p = PretrainParams(episodes=4, train_on="actions")
+    for ids, mask in synthetic_episodes({"pkg/core.py": SOURCE}, codec, p):
+        trained = codec.decode([i for i, m in zip(ids, mask) if m])
+        assert 0 < sum(mask) < len(ids) and "suspicious lines" not in trained
+        assert [a.call.name for a in map(parse_action, trained.split("<|im_end|>")[:-1])] == [
+            "run_tests", "edit", "run_tests", "submit"]
+    with pytest.raises(Exception, match="policy.pretrain.rename_paths"):
+        PretrainParams(rename_paths=2.0).check()
+
+
+def test_copy_profile_tells_a_copied_location_from_one_written_from_memory():
+    case = repair_cases({"pkg/core.py": SOURCE}, 1, seed=3)[0]
+    exact = parse_action(format_tool_call("edit", case.edit))
+    assert _copy_profile(case, exact) == dict.fromkeys(
+        ("parsed", "edit", "path_flagged", "line_flagged", "bug_line", "old_in_line"), True)
+    other = next(s for s in suspicious_lines(case.observation) if s.line != case.edit["line"])
+    elsewhere = parse_action(format_tool_call(
+        "edit", {"path": "pkg/core.py", "line": other.line, "old": "zzz", "new": "y"}))
+    prof = _copy_profile(case, elsewhere)
+    assert prof["line_flagged"] and not prof["bug_line"] and not prof["old_in_line"]
+    memory = parse_action(format_tool_call(
+        "edit", {"path": "pkg/other.py", "line": case.edit["line"], "old": "<", "new": ">"}))
+    assert not _copy_profile(case, memory)["path_flagged"]
+    assert _copy_profile(case, parse_action("no call")) == {}
+
+
+def test_copy_probe_runs_greedy_on_a_model_and_reports_rates(codec):
+    from rlvr.engines.model_dir import load_policy
+
+    model = load_policy(tiny_policy_dir()).model
+    cases = repair_cases({"pkg/core.py": SOURCE}, 3, seed=0)
+    rates = copy_probe(cases, codec, max_new_tokens=8, batch=2)(0, model)
+    assert set(rates) == {f"copy_{k}" for k in ("parsed", "edit", "path_flagged",
+                                                 "line_flagged", "bug_line", "old_in_line")}
+    # an untrained model emits no 8-token tool call: nothing parses, nothing is copied
+    assert all(v == 0.0 for v in rates.values())
+
+
+def test_suspicious_lines_reads_the_plugin_format():
+    out = ("..F\nsuspicious lines (run by failing tests, not by passing ones):\n"
+           "pkg/a.py:7: if x < lo:  [2 failing, 0 passing]\n"
+           "pkg/a.py:9:   [1 failing, 3 passing]\nFAILED tests/test_a.py::t\n")
+    got = suspicious_lines(out)
+    assert [(s.path, s.line, s.text, s.failing, s.passing) for s in got] == [
+        ("pkg/a.py", 7, "if x < lo:", 2, 0), ("pkg/a.py", 9, "", 1, 3)]
+    assert suspicious_lines("pkg/a.py:7: x  [1 failing, 0 passing]") == []  # no header

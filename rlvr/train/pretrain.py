@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 from rlvr.agent.prompt import SYSTEM_PROMPT
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
+from rlvr.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,23 @@ class PretrainParams:
     learning_rate: float = 0.003
     batch_size: int = 16            # sequences per optimizer step
     seed: int = 0
+    # Break the shortcut of writing a location from memory: each synthetic episode prepends
+    # 0..line_shift comment lines to its file (so a line's number is not a function of its
+    # text) and renames the file's directory with probability rename_paths (so its path is not
+    # one of the few it has seen). Then only copying from the run_tests output predicts them.
+    line_shift: int = 0
+    rename_paths: float = 0.0
+    # Which tokens of a synthetic episode are trained: "all" (next-token over everything) or
+    # "actions" (only the assistant's turns, as in SFT). Code chunks always train every token.
+    train_on: Literal["all", "actions"] = "all"
+
+    def check(self) -> None:
+        if self.line_shift < 0:
+            raise ConfigError(f"policy.pretrain.line_shift: {self.line_shift} < 0")
+        if not 0.0 <= self.rename_paths <= 1.0:
+            raise ConfigError(f"policy.pretrain.rename_paths: {self.rename_paths} not in [0, 1]")
+        if self.train_on not in ("all", "actions"):
+            raise ConfigError(f"policy.pretrain.train_on: {self.train_on!r} (all | actions)")
 
 
 def _mutant(rng: random.Random, source: str, funcs: list[str], cache: dict):
@@ -88,10 +106,34 @@ def _observation(rng: random.Random, path: str, func: str, mutated: str, bug_lin
             f"{n_fail} failed, {n_pass} passed\n\n[pytest exit code 1]")
 
 
-def synthetic_episodes(code: dict[str, str], n: int, codec: ChatCodec, *,
-                       seed: int) -> list[list[int]]:
-    """`n` tokenized repair episodes: run_tests -> line-addressed fix -> run_tests -> submit."""
-    from rlvr.teachers.scripted import _describe, _function_lines, edit_args
+@dataclass(frozen=True)
+class RepairCase:
+    """One synthetic bug: the run_tests observation that flags it and the teacher's fix."""
+
+    path: str
+    func: str
+    op: str
+    user: str
+    observation: str
+    edit: dict[str, Any]  # line-addressed edit args: {path, line, old, new}
+
+
+
+def _renamed(rng: random.Random, path: str) -> str:
+    """`path` under a made-up package directory (`a/b.py` -> `<word>/b.py`)."""
+    word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))
+    head, _, name = path.rpartition("/")
+    return f"{word}/{name}" if head else f"{word}_{name}"
+
+
+_SYLLABLES = ("ka", "lo", "mi", "tre", "sun", "pa", "vor", "den", "qui", "zel", "bo", "rix")
+
+
+def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0,
+                 rename_paths: float = 0.0) -> list[RepairCase]:
+    """`n` synthetic bugs injected into `code` (path -> text) with the synthesis operators
+    (`line_shift`, `rename_paths`: see `PretrainParams`)."""
+    from rlvr.teachers.scripted import _function_lines, edit_args
     from rlvr.tasks.synth.operators import function_names
 
     rng = random.Random(seed)
@@ -104,7 +146,7 @@ def synthetic_episodes(code: dict[str, str], n: int, codec: ChatCodec, *,
         if funcs:
             pool.append((path, source, funcs))
     cache: dict = {}
-    out: list[list[int]] = []
+    out: list[RepairCase] = []
     attempts = 0
     while len(out) < n and pool and attempts < 20 * n:
         attempts += 1
@@ -113,6 +155,12 @@ def synthetic_episodes(code: dict[str, str], n: int, codec: ChatCodec, *,
         if mutant is None:
             continue
         op, func, mutated = mutant
+        shift = rng.randint(0, line_shift) if line_shift else 0
+        header = "".join(f"# {rng.choice(_SYLLABLES)}{rng.choice(_SYLLABLES)}\n"
+                         for _ in range(shift))
+        source, mutated = header + source, header + mutated
+        if rename_paths and rng.random() < rename_paths:
+            path = _renamed(rng, path)
         args = edit_args(path, mutated, source)
         if "line" not in args:
             continue
@@ -120,20 +168,40 @@ def synthetic_episodes(code: dict[str, str], n: int, codec: ChatCodec, *,
         obs = _observation(rng, path, func, mutated, args["line"], span)
         user = (f"A test fails in `{func.split('.')[-1]}`. Fix the bug.\n\n"
                 f"Public tests: tests/")
-        why = _describe(op)
-        turns = [(format_tool_call("run_tests", {}, "Run the tests."), obs),
-                 (format_tool_call("edit", args, f"{why[:1].upper()}{why[1:]}."),
-                  f"edited {path}"),
+        out.append(RepairCase(path, func, op, user, obs, args))
+    return out
+
+
+def synthetic_episodes(code: dict[str, str], codec: ChatCodec,
+                       p: PretrainParams) -> list[tuple[list[int], list[int]]]:
+    """`p.episodes` tokenized repair episodes (run_tests -> line-addressed fix -> run_tests ->
+    submit) as (token ids, loss mask): the mask is 1 on every token, or with
+    `p.train_on: actions` on the assistant's tokens only."""
+    from rlvr.teachers.scripted import _describe
+
+    rng = random.Random(p.seed + 1)
+    out: list[tuple[list[int], list[int]]] = []
+    for case in repair_cases(code, p.episodes, seed=p.seed, line_shift=p.line_shift,
+                             rename_paths=p.rename_paths):
+        why = _describe(case.op)
+        turns = [(format_tool_call("run_tests", {}, "Run the tests."), case.observation),
+                 (format_tool_call("edit", case.edit, f"{why[:1].upper()}{why[1:]}."),
+                  f"edited {case.path}"),
                  (format_tool_call("run_tests", {}, "Check."),
                   f"{'.' * rng.randint(3, 16):<73}[100%]\n{rng.randint(3, 16)} passed\n\n"
                   "[pytest exit code 0]"),
                  (format_tool_call("submit", {}, "The public tests pass; submit the fix."), None)]
-        ids = codec.initial_prompt(SYSTEM_PROMPT, user)
+        ids = codec.initial_prompt(SYSTEM_PROMPT, case.user)
+        mask = [0] * len(ids)
         for action, observation in turns:
-            ids += [*codec.encode_action(action), codec.im_end]
+            acted = [*codec.encode_action(action), codec.im_end]
+            ids += acted
+            mask += [1] * len(acted)
             if observation is not None:
-                ids += codec.observation_segment(observation, close_turn=False)
-        out.append(ids)
+                seen = codec.observation_segment(observation, close_turn=False)
+                ids += seen
+                mask += [0] * len(seen)
+        out.append((ids, mask if p.train_on == "actions" else [1] * len(ids)))
     return out
 
 
@@ -147,13 +215,14 @@ def code_chunks(code: dict[str, str], codec: ChatCodec, size: int) -> list[list[
 
 def pretrain_rows(code: dict[str, str], codec: ChatCodec, p: PretrainParams) -> list[dict[str, Any]]:
     """SFT_DATA-shaped rows (every token trained) for `rlvr.train.sft.train_sft`."""
-    seqs = synthetic_episodes(code, p.episodes, codec, seed=p.seed) + code_chunks(
-        code, codec, p.code_chunk_tokens)
     from rlvr.train.demos import demo_row, token_hash
 
+    p.check()
+    seqs = synthetic_episodes(code, codec, p) + [
+        (ids, [1] * len(ids)) for ids in code_chunks(code, codec, p.code_chunk_tokens)]
     return [demo_row({"trajectory_id": f"pretrain-{i}", "task_id": f"pretrain-{i}",
                    "family": "pretrain", "engine": "synthetic", "token_ids": ids,
-                   "loss_mask": [1] * len(ids)}, token_hash(ids)) for i, ids in enumerate(seqs)]
+                   "loss_mask": mask}, token_hash(ids)) for i, (ids, mask) in enumerate(seqs)]
 
 
 def training_code(root, exclude_families) -> dict[str, str]:
@@ -168,9 +237,12 @@ def training_code(root, exclude_families) -> dict[str, str]:
             for p in corpus_files(root, exclude_families)}
 
 
-def pretrain_policy(base_dir, out_dir, code: dict[str, str], p: PretrainParams, *, log=None):
+def pretrain_policy(base_dir, out_dir, code: dict[str, str], p: PretrainParams, *, log=None,
+                    eval_every: int = 0, on_eval=None):
     """Train `base_dir` next-token on the pretraining corpus, write it to `out_dir`
-    (through the SFT loop: same batching, normaliser, atomic HF directory and card)."""
+    (through the SFT loop: same batching, normaliser, atomic HF directory and card).
+    `on_eval(step, model)` (e.g. `rlvr.train.probe.copy_probe`) runs every `eval_every`
+    steps and at the end; its numbers reach `log`."""
     from rlvr.train.config import DemoParams, EarlyStopParams, SFTParams
     from rlvr.train.sft import train_sft
 
@@ -178,6 +250,7 @@ def pretrain_policy(base_dir, out_dir, code: dict[str, str], p: PretrainParams, 
     rows = pretrain_rows(code, codec, p)
     params = SFTParams(seed=p.seed, learning_rate=p.learning_rate, max_steps=p.steps,
                        epochs=0, batch_size=p.batch_size, warmup_steps=min(20, p.steps),
-                       eval_every=0, probe_tasks=0, demos=DemoParams(val_fraction=0.0),
+                       eval_every=eval_every, probe_tasks=0,
+                       demos=DemoParams(val_fraction=0.0),
                        early_stop=EarlyStopParams(patience=0, parse_error_stop=None))
-    return train_sft(base_dir, rows, [], params, out_dir, log=log), len(rows)
+    return train_sft(base_dir, rows, [], params, out_dir, log=log, on_eval=on_eval), len(rows)

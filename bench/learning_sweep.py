@@ -1,0 +1,222 @@
+"""Why the CPU default solves nothing, in numbers (LEARNING.md, issue "Learning I" §4): the
+copy rate and pass@1 against pretraining steps, model size and the number of demonstrations.
+
+The skill every fix needs first is copying a location out of the context: run_tests lists
+`path:line` suspects and the line-addressed edit must name one. `rlvr.train.probe.copy_probe`
+measures it greedily on synthetic bugs (`rlvr.train.pretrain.repair_cases`) in two kinds of
+code: the training families' (which pretraining shows) and the held-out families' (never
+shown: a flagged path there can only be copied). Three sweeps, each one process:
+
+    # copy rate vs pretraining steps, for one model size (evaluated every --eval-every steps)
+    .venv/bin/python bench/learning_sweep.py pretrain --size default --steps 600 --eval-every 100
+    .venv/bin/python bench/learning_sweep.py pretrain --size 7m --steps 200 --eval-every 50
+    # pass@1 (train, heldout_function) and copy rate vs demonstrations, SFT from a pipeline's
+    # init policy on seeded subsets of its verified demonstrations
+    .venv/bin/python bench/learning_sweep.py demos --root /path/to/pipeline/checkout --demos 44 87 174
+    # the figure from the JSON files the sweeps wrote
+    .venv/bin/python bench/learning_sweep.py plot
+
+Every run appends its rows to `docs/learning/sweep/*.json`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rlvr.agent.transcript import ChatCodec  # noqa: E402
+from rlvr.config import load_section  # noqa: E402
+from rlvr.engines.local_policy import build_local_policy, policy_corpus  # noqa: E402
+from rlvr.engines.model_dir import count_parameters, load_policy  # noqa: E402
+from rlvr.tasks.splits import SplitParams  # noqa: E402
+from rlvr.train.pretrain import pretrain_policy, repair_cases, training_code  # noqa: E402
+from rlvr.train.probe import copy_probe  # noqa: E402
+from stages.init_policy import PolicyParams  # noqa: E402
+
+OUT = ROOT / "docs/learning/sweep"
+# the default (params.yaml `policy`) and the issue's ~7 M-parameter probe size
+SIZES = {"default": {}, "7m": {"hidden_size": 256, "layers": 6, "heads": 8, "kv_heads": 4,
+                               "intermediate_size": 1024}}
+CASES = 48  # synthetic bugs per kind of code
+
+
+def _params(path: Path) -> tuple[PolicyParams, SplitParams]:
+    return load_section(PolicyParams, "policy", path), load_section(SplitParams, "split", path)
+
+
+def probe_code(root: Path, split: SplitParams) -> dict[str, dict[str, str]]:
+    """path -> text of the code pretraining sees ('train') and of the held-out families."""
+    evaluation = {*split.heldout_families, *split.regression_families}
+    train = training_code(root, evaluation)
+    heldout = {p: t for p, t in training_code(root, ()).items() if p not in train}
+    return {"train_code": train, "heldout_code": heldout}
+
+
+def combined_probe(root: Path, split: SplitParams, codec: ChatCodec):
+    probes = {kind: copy_probe(repair_cases(code, CASES, seed=1000 + i), codec)
+              for i, (kind, code) in enumerate(sorted(probe_code(root, split).items()))}
+
+    def on_eval(step, model):
+        return {f"{kind}/{k}": v for kind, p in probes.items() for k, v in p(step, model).items()}
+    return on_eval
+
+
+def _append(name: str, row: dict) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.json"
+    rows = json.loads(path.read_text()) if path.is_file() else []
+    rows = [r for r in rows if r.get("key") != row["key"]] + [row]
+    path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+
+
+def sweep_pretrain(args) -> None:
+    policy, split = _params(args.params)
+    policy = dataclasses.replace(policy, **SIZES[args.size])
+    evaluation = {*split.heldout_families, *split.regression_families}
+    work = args.work / f"pretrain-{args.size}"
+    texts, _ = policy_corpus(ROOT, seed=policy.seed, synthetic_samples=policy.synthetic_samples,
+                             exclude_families=evaluation)
+    build_local_policy(work / "random", texts, seed=policy.seed, vocab_size=policy.vocab_size,
+                       hidden_size=policy.hidden_size, layers=policy.layers, heads=policy.heads,
+                       kv_heads=policy.kv_heads, intermediate_size=policy.intermediate_size,
+                       max_position_embeddings=policy.max_position_embeddings, arch=policy.arch)
+    codec = ChatCodec.from_model_dir(work / "random")
+    probe = combined_probe(ROOT, split, codec)
+    n_params = count_parameters(work / "random")
+    curve = [{"step": 0, "tokens": 0, **probe(0, load_policy(work / "random").model)}]
+    tokens = {"n": 0}
+
+    def log(step, metrics):
+        tokens["n"] = metrics.get("train/tokens", tokens["n"])
+        copy = {k: v for k, v in metrics.items() if "/copy_" in k}
+        if copy:
+            curve.append({"step": step, "tokens": tokens["n"],
+                          **{k.removeprefix("eval/"): v for k, v in copy.items()}})
+            print(f"step {step}: {json.dumps(curve[-1])}", flush=True)
+
+    t0 = time.perf_counter()
+    pre = dataclasses.replace(policy.pretrain, steps=args.steps)
+    code = training_code(ROOT, evaluation)
+    result, _ = pretrain_policy(work / "random", work / "pretrained", code, pre, log=log,
+                                eval_every=args.eval_every, on_eval=probe)
+    _append("pretrain", {"key": f"{args.size}-{args.steps}", "size": args.size,
+                         "parameters": n_params, "steps": result.steps,
+                         "seconds": round(time.perf_counter() - t0, 1),
+                         "tokens_per_second": round(result.tokens_per_second, 1),
+                         "final_loss": round(result.train_loss, 4), "curve": curve})
+
+
+def sweep_demos(args) -> None:
+    from rlvr.agent.passport import read_trajectories
+    from rlvr.enclave.core import Enclave
+    from rlvr.evaluate.params import load_params as load_eval_params
+    from rlvr.evaluate.report import build_report
+    from rlvr.evaluate.run import evaluate_checkpoint
+    from rlvr.evaluate.sets import build_sets
+    from rlvr.tasks.pool import select_tasks
+    from rlvr.train.config import load_sft_params
+    from rlvr.train.demos import select_demonstrations
+    from rlvr.train.sft import train_sft
+
+    root = args.root
+    sft = dataclasses.replace(load_sft_params(args.params), probe_tasks=0)
+    evalp, sandbox = load_eval_params(args.params)
+    _, split = _params(args.params)
+    base = root / "models/policy-init"
+    rows = read_trajectories(root / "artifacts/trajectories_verified.parquet").to_pylist()
+    sel = select_demonstrations(rows, sft)
+    pool = [root / "artifacts/tasks_authored.parquet", root / "artifacts/tasks_synthetic.parquet"]
+    sets = [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,
+                                  evalp.seed) if s.tier in ("train", "heldout_function")]
+    probe = combined_probe(ROOT, split, ChatCodec.from_model_dir(base))
+    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
+                 workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
+        for n in args.demos:
+            train = sel.train if n >= len(sel.train) else \
+                random.Random(sft.seed).sample(sel.train, n)
+            out = args.work / f"sft-demos{n}"
+            t0 = time.perf_counter()
+            result = train_sft(base, train, sel.val, sft, out)
+            seconds = time.perf_counter() - t0
+            copy = probe(result.steps, load_policy(out).model)
+            ev = evaluate_checkpoint(out, sets, evalp, sandbox, checkpoint=f"demos{n}",
+                                     enclave=enclave)
+            report = build_report(ev, level=evalp.level, n_boot=evalp.bootstrap, seed=evalp.seed)
+            tiers = {t: {k: v for k, v in s.items() if k in (
+                "tasks", "episodes", "solved", "pass_at_1", "pass_at_1_low", "pass_at_1_high",
+                "parse_error_rate")} for t, s in report["checkpoints"][f"demos{n}"]["tiers"].items()}
+            row = {"key": str(n), "demonstrations": len(train), "steps": result.steps,
+                   "stop_reason": result.stop_reason, "train_loss": round(result.train_loss, 4),
+                   "val_loss": result.val_loss, "sft_seconds": round(seconds, 1),
+                   "copy": copy, "tiers": tiers}
+            _append("demos", row)
+            print(json.dumps(row), flush=True)
+
+
+def plot(args) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    pre = json.loads((OUT / "pretrain.json").read_text()) if (OUT / "pretrain.json").is_file() else []
+    for run in pre:
+        for kind, ls in (("train_code", "-"), ("heldout_code", "--")):
+            xs = [c["tokens"] / 1e6 for c in run["curve"]]
+            axes[0].plot(xs, [c[f"{kind}/copy_line_flagged"] for c in run["curve"]], ls,
+                         marker="o", ms=3, label=f"{run['size']} ({run['parameters'] / 1e6:.1f} M), "
+                                                 f"{kind.replace('_', ' ')}")
+            axes[1].plot(xs, [c[f"{kind}/copy_bug_line"] for c in run["curve"]], ls, marker="o",
+                         ms=3, label=f"{run['size']}, {kind.replace('_', ' ')}")
+    axes[0].set(xlabel="pretraining tokens (M)", ylabel="first edit on a flagged path:line",
+                ylim=(-0.02, 1.02), title="copy rate vs pretraining")
+    axes[1].set(xlabel="pretraining tokens (M)", ylabel="first edit on the bug's line",
+                ylim=(-0.02, 1.02), title="picking the right suspect")
+    demos = json.loads((OUT / "demos.json").read_text()) if (OUT / "demos.json").is_file() else []
+    demos.sort(key=lambda r: r["demonstrations"])
+    if demos:
+        xs = [r["demonstrations"] for r in demos]
+        for tier in ("train", "heldout_function"):
+            axes[2].plot(xs, [r["tiers"][tier]["pass_at_1"] for r in demos], "o-",
+                         label=f"pass@1 {tier}")
+        axes[2].plot(xs, [r["copy"]["heldout_code/copy_line_flagged"] for r in demos], "s--",
+                     label="copy rate, held-out code")
+        axes[2].plot(xs, [r["copy"]["train_code/copy_line_flagged"] for r in demos], "s:",
+                     label="copy rate, training code")
+    axes[2].set(xlabel="SFT demonstrations", ylim=(-0.02, 1.02), title="after SFT")
+    for a in axes:
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(ROOT / "docs/learning/sweep.png", dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pretrain")
+    p.add_argument("--size", choices=sorted(SIZES), default="default")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--eval-every", type=int, default=100)
+    d = sub.add_parser("demos")
+    d.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")
+    d.add_argument("--demos", type=int, nargs="+", default=[44, 87, 174])
+    sub.add_parser("plot")
+    for s in (p, d):
+        s.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+        s.add_argument("--work", type=Path, default=ROOT / "build/sweep")
+    args = ap.parse_args()
+    os.environ.setdefault("RLVR_TRACKING", "off")
+    {"pretrain": sweep_pretrain, "demos": sweep_demos, "plot": plot}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
