@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -19,19 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from rlvr.agent.observations import suspicious_lines  # noqa: E402
 from rlvr.agent.passport import read_trajectories  # noqa: E402
 from rlvr.agent.rollout import load_params, roll_out  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 
 TASKS = [ROOT / "artifacts/tasks_authored.parquet", ROOT / "artifacts/tasks_synthetic.parquet"]
-FLAG = re.compile(r"^([\w./-]+\.py):(\d+): (.*)  \[\d+ failing", re.M)
 
 
 def first_edit_profile(row: dict) -> dict[str, bool]:
     flagged: list[tuple[str, int, str]] = []
     for turn in row["turns"]:
         if turn["tool_name"] == "run_tests" and not flagged:
-            flagged = [(p, int(n), t) for p, n, t in FLAG.findall(turn["observation"])]
+            flagged = [(s.path, s.line, s.text) for s in suspicious_lines(turn["observation"])]
         if turn["tool_name"] == "edit":
             args = json.loads(turn["tool_args"])
             lines = {(p, n): t for p, n, t in flagged}
