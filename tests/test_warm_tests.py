@@ -84,10 +84,10 @@ def test_warm_matches_cold_through_edits_and_crashes(tasks, tmp_path, bwrap_sand
                         "import os, signal, sys\nprint('bye', flush=True)\n"
                         "sys.stderr.write('err line\\n')\n"
                         "os.kill(os.getpid(), signal.SIGKILL)\n" + original),
-                    # a loop that waits, not one that burns CPU: with the tool timeout
-                    # equal to the CPU limit a busy loop races SIGXCPU against the wall
-                    # clock (both paths, noted for the executor), which is not what this
-                    # case compares
+                    # a busy loop times out on both paths (the CPU limit sits above the
+                    # tool timeout: no race of SIGXCPU against the wall clock), as does a
+                    # loop that waits
+                    "busy loop": "while True:\n    pass\n" + original,
                     "infinite loop": "import time\nwhile True:\n    time.sleep(0.05)\n"
                                      + original,
                     "atexit output": ("import atexit\natexit.register(lambda: print('at exit'))\n"
@@ -96,8 +96,8 @@ def test_warm_matches_cold_through_edits_and_crashes(tasks, tmp_path, bwrap_sand
                 for name, text in edits.items():
                     ws.write_text(src, text)
                     got = same(cold, warm)
-                    if name == "infinite loop":
-                        assert got.status == "timeout", got.observation
+                    if name in ("busy loop", "infinite loop"):
+                        assert got.status == "timeout", (name, got.observation)
                     if name == "prints then SIGKILLs itself":
                         assert "[killed by signal 9" in got.observation
                     if name == "os._exit at import":

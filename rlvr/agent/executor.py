@@ -109,6 +109,9 @@ def edit_line(text: str, line: int, old: str, new: str) -> tuple[str, str]:
     return "\n".join(lines), ""
 
 
+CPU_HEADROOM_S = 2  # CPU seconds allowed beyond the tool timeout (see ToolExecutor)
+
+
 class ToolExecutor:
     def __init__(self, workspace: Workspace, sandbox: Sandbox | None, *, timeout_s: float,
                  observation_cap: int, limits: Limits = Limits(), warm: bool = False):
@@ -116,8 +119,11 @@ class ToolExecutor:
         self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.observation_cap = observation_cap
+        # CPU limit above the wall timeout: a single-threaded busy loop must read as the
+        # tool timing out (its CPU time never passes its wall time), not race SIGXCPU against
+        # the wall clock; a process that burns several cores still hits the CPU limit first
         self.limits = limits.replace(wall_seconds=float(timeout_s),
-                                     cpu_seconds=max(1, math.ceil(timeout_s)))
+                                     cpu_seconds=math.ceil(timeout_s) + CPU_HEADROOM_S)
         # `warm`: run_tests through one sandboxed pytest fork-server for this workspace
         # (rlvr.agent.warm_tests), same observation as the cold path; the cold path stays
         # the fallback (no privilege separation, a server that cannot start, a shadowed
