@@ -194,7 +194,7 @@ class BoundTeacher:
                 return self._advance(left, "")
             path, func = self.suspects[0]
             self.phase = "viewed"
-            start, end = _function_lines(self.files[path], func)
+            start, end = function_lines(self.files[path], func)
             flagged = [n for p, n in self.observed if p == path and start <= n <= end]
             why = (f"run_tests flags {path}:{flagged[0]}, in `{func}`; read it." if flagged
                    else f"The failing tests lead to `{func}` in {path}; read it.")
@@ -300,7 +300,7 @@ class BoundTeacher:
         rest = [e for e in evidence if e[0] not in files]
         fallback = [d for name in sorted(defs) for d in defs[name] if d[0] in files
                     and "." not in name]
-        fallback.sort(key=lambda d: _function_lines(self.files[d[0]], d[1])[0])
+        fallback.sort(key=lambda d: function_lines(self.files[d[0]], d[1])[0])
         self.suspects = list(dict.fromkeys(hinted + flagged + in_files + rest + fallback))
 
     def _definitions(self) -> dict[str, list[tuple[str, str]]]:
@@ -362,7 +362,7 @@ class BoundTeacher:
                     ranked.append(((op not in hinted_ops, line_rank(path, line), rank_fn,
                                     _TRY_ORDER[op], _distance(line, anchors, path), jitter(), line,
                                     len(new)),
-                                   Candidate(path, new, line, _describe(op))))
+                                   Candidate(path, new, line, describe_fix(op))))
             offset_ops = hinted_ops & {"boundary_shift", "slice_off_by_one"}
             for node in ast.walk(fn.node):
                 # `x + 1` -> `x`: the natural undo of an injected off-by-one
@@ -435,7 +435,8 @@ def _distance(line: int, hinted: set[tuple[str, int]], path: str) -> int:
     return min((abs(line - h) for h in lines), default=0)
 
 
-def _describe(op: str) -> str:
+def describe_fix(op: str) -> str:
+    """What undoing a mutation of operator `op` does, in words a reasoning line can use."""
     return {"comparison_flip": "flip a comparison", "boundary_shift": "shift a bound by one",
             "arithmetic_swap": "swap an arithmetic operator",
             "boolean_swap": "swap and/or", "negate_condition": "negate a condition",
@@ -469,7 +470,9 @@ def _test_calls(test_source: str, test_name: str) -> list[str]:
     return []
 
 
-def _function_lines(source: str, qualname: str) -> tuple[int, int]:
+def function_lines(source: str, qualname: str) -> tuple[int, int]:
+    """1-based (first, last) line of function `qualname` in `source` (the whole file when
+    it is not found or does not parse)."""
     from rlvr.tasks.synth.operators import find_function
 
     try:
@@ -487,7 +490,7 @@ def _function_at(source: str, line: int) -> str | None:
         names = function_names(source)
     except SyntaxError:
         return None
-    spans = [(q, *_function_lines(source, q)) for q in names]
+    spans = [(q, *function_lines(source, q)) for q in names]
     inside = [(e - s, q) for q, s, e in spans if s <= line <= e]
     return min(inside)[1] if inside else None
 

@@ -133,7 +133,7 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
                  rename_paths: float = 0.0) -> list[RepairCase]:
     """`n` synthetic bugs injected into `code` (path -> text) with the synthesis operators
     (`line_shift`, `rename_paths`: see `PretrainParams`)."""
-    from rlvr.teachers.scripted import _function_lines, edit_args
+    from rlvr.teachers.scripted import function_lines, edit_args
     from rlvr.tasks.synth.operators import function_names
 
     rng = random.Random(seed)
@@ -164,7 +164,7 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
         args = edit_args(path, mutated, source)
         if "line" not in args:
             continue
-        span = _function_lines(mutated, func)
+        span = function_lines(mutated, func)
         obs = _observation(rng, path, func, mutated, args["line"], span)
         user = (f"A test fails in `{func.split('.')[-1]}`. Fix the bug.\n\n"
                 f"Public tests: tests/")
@@ -177,13 +177,13 @@ def synthetic_episodes(code: dict[str, str], codec: ChatCodec,
     """`p.episodes` tokenized repair episodes (run_tests -> line-addressed fix -> run_tests ->
     submit) as (token ids, loss mask): the mask is 1 on every token, or with
     `p.train_on: actions` on the assistant's tokens only."""
-    from rlvr.teachers.scripted import _describe
+    from rlvr.teachers.scripted import describe_fix
 
     rng = random.Random(p.seed + 1)
     out: list[tuple[list[int], list[int]]] = []
     for case in repair_cases(code, p.episodes, seed=p.seed, line_shift=p.line_shift,
                              rename_paths=p.rename_paths):
-        why = _describe(case.op)
+        why = describe_fix(case.op)
         turns = [(format_tool_call("run_tests", {}, "Run the tests."), case.observation),
                  (format_tool_call("edit", case.edit, f"{why[:1].upper()}{why[1:]}."),
                   f"edited {case.path}"),
