@@ -7,6 +7,9 @@
     rlvr tasks export-swebench --tasks FILE --out FILE
     rlvr curate --source DIR --out FILE
     rlvr verify --tasks FILE --task-id ID --patch FILE [--backend bwrap|docker]
+    rlvr gate --candidate-eval FILE --champion-eval FILE --out DIR [--candidate NAME]
+              [--champion NAME] [--training-metrics FILE] [--register]
+    rlvr gate rollback [--reason TEXT]
 
 Bad input exits non-zero with one line naming the file / field / id.
 """
@@ -119,6 +122,63 @@ def cmd_verify(args) -> None:
     print(json.dumps(verdict.public(), sort_keys=True))
 
 
+def _gate_params(args):
+    """The `gate` section of --params (defaults when the file has none), with the names and
+    directories given on the command line. Directories are hashed only when named here: on
+    "any two evaluations" the evaluated policy versions are the checkpoint hashes."""
+    from rlvr.config import read_params
+    from rlvr.gate.params import GateParams, load_params
+
+    params = (load_params(args.params) if args.params.exists()
+              and "gate" in read_params(args.params) else GateParams())
+    changes = {"candidate_dir": args.candidate_dir or "",
+               "champion_dir": args.champion_dir or ""}
+    if args.candidate:
+        changes["candidate"] = args.candidate
+    if args.champion:
+        changes["champion"] = args.champion
+    try:
+        return dataclasses.replace(params, **changes)
+    except ValueError as exc:
+        raise RlvrError(f"gate: {exc}") from None
+
+
+def cmd_gate(args) -> None:
+    if args.gate_command == "rollback":
+        return cmd_gate_rollback(args)
+    for flag in ("candidate_eval", "out"):
+        if getattr(args, flag) is None:
+            raise RlvrError(f"rlvr gate: --{flag.replace('_', '-')} is required")
+    from rlvr.gate.apply import decide_and_register, load_inputs, write_outputs
+
+    params = _gate_params(args)
+    inputs = load_inputs(params, args.candidate_eval, args.champion_eval or args.candidate_eval,
+                         training_metrics=args.training_metrics, use_dirs=True)
+    registry = None
+    if args.register:
+        from rlvr.tracking.registry import client
+
+        registry = client()
+    result = decide_and_register(params, inputs, registry_client=registry)
+    write_outputs(result, inputs, gate_json=args.out / "gate.json", report=args.out / "gate.md")
+    print(json.dumps({"decision": result.decision, "blocking": result.blocking,
+                      "rules": {r.name: r.status for r in result.rules},
+                      "registry": result.registry, "gate": str(args.out / "gate.json"),
+                      "report": str(args.out / "gate.md")}, indent=2))
+
+
+def cmd_gate_rollback(args) -> None:
+    from rlvr.config import read_params
+    from rlvr.gate.params import GateParams, load_params
+    from rlvr.tracking.registry import client, rollback
+
+    params = (load_params(args.params) if args.params.exists()
+              and "gate" in read_params(args.params) else GateParams())
+    print(json.dumps(rollback(client(), args.model or params.registry.model_name,
+                              alias=params.registry.alias, reason=args.reason or ""),
+                     sort_keys=True))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlvr", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -162,6 +222,31 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int)
     v.add_argument("--params", type=Path, default=Path("params.yaml"))
     v.set_defaults(func=cmd_verify)
+
+    g = sub.add_parser("gate", help="release gate: candidate vs champion evaluation -> "
+                       "promote / block / inconclusive (SPEC §8)")
+    g.add_argument("--candidate-eval", type=Path, help="eval.parquet of the candidate")
+    g.add_argument("--champion-eval", type=Path,
+                   help="eval.parquet of the champion (default: the candidate's file)")
+    g.add_argument("--candidate", help="candidate checkpoint name (default: gate.candidate)")
+    g.add_argument("--champion", help="champion checkpoint name (default: gate.champion)")
+    g.add_argument("--candidate-dir", type=Path,
+                   help="candidate directory: hashed and checked against its evaluation")
+    g.add_argument("--champion-dir", type=Path, help="champion directory (likewise)")
+    g.add_argument("--training-metrics", type=Path,
+                   help="the candidate's training metrics (model card training.json)")
+    g.add_argument("--out", type=Path, help="directory for gate.json and gate.md")
+    g.add_argument("--register", action="store_true",
+                   help="record the decision in the MLflow model registry (moves `champion` "
+                   "on promotion)")
+    g.add_argument("--params", type=Path, default=Path("params.yaml"))
+    gsub = g.add_subparsers(dest="gate_command")
+    r = gsub.add_parser("rollback", help="move the champion alias back to the previous "
+                        "champion")
+    r.add_argument("--model", help="registered model (default: gate.registry.model_name)")
+    r.add_argument("--reason", help="recorded in the alias history")
+    r.add_argument("--params", type=Path, default=Path("params.yaml"))
+    g.set_defaults(func=cmd_gate)
     return p
 
 
