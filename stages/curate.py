@@ -12,7 +12,7 @@ from rlvr.artifacts import schemas
 from rlvr.artifacts.io import write_table
 from rlvr.errors import exit_on_error
 from rlvr.tasks.curation import load_params, run_curation, selfcheck_patches
-from rlvr.tasks.pool import save_pool
+from rlvr.tasks.pool import rejections_path, save_pool
 from rlvr.tracking.stage import stage_run
 from stages.common import parser
 
@@ -26,7 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--metrics", type=Path, default=Path("metrics/curate.json"))
     args = p.parse_args(argv)
     params, sandbox = load_params(args.params)
-    with stage_run("curate", params, inputs={}, metrics_path=args.metrics) as run:
+    outputs = {"tasks": args.out, "rejections": rejections_path(args.out),
+               "selfcheck_patches": args.selfcheck_out}
+    with stage_run("curate", params, sections=("curate", "split", "sandbox"),
+                   params_file=args.params, inputs={"source": args.source}, outputs=outputs,
+                   metrics_path=args.metrics) as run:
         result = run_curation(args.source, params, sandbox)
         save_pool(args.out, result.accepted, result.rejections)
         write_table(args.selfcheck_out, selfcheck_patches(result), schemas.PATCHES,

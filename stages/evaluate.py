@@ -55,8 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     params, sandbox = load_params(args.params)
     tasks = select_tasks(args.tasks, "", 0, params.seed)
     sets = build_sets(tasks, params.tasks_per_tier, params.seed)
-    inputs = {f"tasks{i}": t for i, t in enumerate(args.tasks)}
-    with stage_run("evaluate", params, inputs=inputs, metrics_path=args.metrics) as run:
+    inputs = {**{f"tasks{i}": t for i, t in enumerate(args.tasks)},
+              **{f"checkpoint.{name}": Path(d) for name, d in params.checkpoints.items()}}
+    outputs = {"eval": args.out, "report": args.report, "plots": args.plots, "png": args.png}
+    with stage_run("evaluate", params, sections=("evaluate", "sandbox"), params_file=args.params,
+                   inputs=inputs, outputs=outputs, metrics_path=args.metrics) as run:
         rows = evaluate_checkpoints(params.checkpoints, sets, params, sandbox)
         write_eval(args.out, rows, timings_path=timings_path(args.out))
         report = build_report(rows, checkpoints=list(params.checkpoints), level=params.level,

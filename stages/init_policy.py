@@ -52,9 +52,14 @@ class PolicyParams:
 
 
 def run(params: PolicyParams, out_dir: Path = OUT_DIR, metrics_path: Path = METRICS,
-        root: Path = Path("."), evaluation_families: Collection[str] = ()) -> dict:
+        root: Path = Path("."), evaluation_families: Collection[str] = (),
+        params_file: Path | str = "params.yaml") -> dict:
     """`evaluation_families` (held-out + regression) never reach the tokenizer corpus."""
-    with stage_run("init_policy", params, metrics_path=metrics_path) as run_:
+    inputs = {"seed_repos": root / "data/seed_repos", "tasks": root / "data/tasks",
+              "import": Path(params.path) if params.kind == "path" else None}
+    with stage_run("init_policy", params, sections=("policy", "split"),
+                   params_file=params_file, inputs=inputs, outputs={"policy": out_dir},
+                   metrics_path=metrics_path) as run_:
         if params.kind == "local":
             texts, corpus = policy_corpus(root, seed=params.seed,
                                           synthetic_samples=params.synthetic_samples,
@@ -124,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     params = load_section(PolicyParams, "policy", args.params)
     split = load_section(SplitParams, "split", args.params)
     metrics = run(params, Path(args.out), Path(args.metrics),
-                  evaluation_families={*split.heldout_families, *split.regression_families})
+                  evaluation_families={*split.heldout_families, *split.regression_families},
+                  params_file=args.params)
     print(f"init_policy: {params.kind} policy -> {args.out} ({metrics['param_count']} params, "
           f"vocab {metrics['vocab_size']}, {metrics['policy_version']})")
 

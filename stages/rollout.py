@@ -46,8 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     params, sandbox_params = load_params(args.params)
     parts_root = args.parts_dir or args.out.parent / ".rollout_parts"
     tasks = select_tasks(args.tasks, params.split, params.max_tasks, params.seed)
-    inputs = {f"tasks{i}": t for i, t in enumerate(args.tasks)}
-    with stage_run("rollout", params, inputs=inputs, metrics_path=args.metrics) as run:
+    inputs = {**{f"tasks{i}": t for i, t in enumerate(args.tasks)},
+              "model_dir": Path(params.model_dir)}
+    outputs = {"trajectories": args.out, "patches": args.patches_out}
+    with stage_run("rollout", params, sections=("rollout", "sandbox"), params_file=args.params,
+                   inputs=inputs, outputs=outputs, metrics_path=args.metrics) as run:
         spent: dict = {}
         rows = roll_out(tasks, params, sandbox_params, parts_root, stats=spent)
         write_trajectories(args.out, rows, timings_path=timings_path(args.out))

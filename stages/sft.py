@@ -39,7 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     rollout, sandbox = load_rollout_params(args.params)
     rows = read_trajectories(args.trajectories).to_pylist()
     probe_tasks = select_tasks(args.tasks, "train", params.probe_tasks, params.seed)
-    with stage_run("sft", params, inputs={"trajectories": args.trajectories},
+    inputs = {"trajectories": args.trajectories, "base": args.base,
+              **{f"tasks{i}": t for i, t in enumerate(args.tasks)}}
+    outputs = {"policy": args.out, "data": args.data_out, "drops": args.drops_out,
+               "plots": args.plots}
+    with stage_run("sft", params, sections=("sft", "rollout", "sandbox"),
+                   params_file=args.params, inputs=inputs, outputs=outputs,
                    metrics_path=args.metrics) as run:
         selection = select_demonstrations(rows, params)
         write_selection(selection, args.data_out, args.drops_out)

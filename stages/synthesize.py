@@ -22,7 +22,7 @@ from rlvr.errors import exit_on_error
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.curation import CurationParams
 from rlvr.tasks.model import content_hash
-from rlvr.tasks.pool import load_tasks, save_pool
+from rlvr.tasks.pool import load_tasks, rejections_path, save_pool
 from rlvr.tasks.splits import SplitParams
 from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
 from rlvr.tasks.synth.seeds import discover
@@ -114,8 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     params = load_params(args.params)
     known = known_tasks(args.known)
-    inputs = {f"known{i}": path for i, path in enumerate(args.known)}
-    with stage_run("synthesize", params, inputs=inputs, metrics_path=args.metrics) as run:
+    inputs = {"seeds": args.seeds, **{f"known{i}": path for i, path in enumerate(args.known)}}
+    outputs = {"tasks": args.out, "rejections": rejections_path(args.out), "plots": args.plots}
+    with stage_run("synthesize", params, sections=("synthesize", "curate", "split", "sandbox"),
+                   params_file=args.params, inputs=inputs, outputs=outputs,
+                   metrics_path=args.metrics) as run:
         result = run_synthesis(args.seeds, params, known)
         write_outputs(result, args.out, args.plots)
         run.log_metrics(result.stats())
