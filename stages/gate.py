@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     files = {"eval": args.eval, **({"champion_eval": args.champion_eval}
                                    if args.champion_eval else {}),
              **({"training_metrics": args.training_metrics} if args.training_metrics else {})}
-    with stage_run("gate", params, inputs=files, metrics_path=args.metrics) as run:
+    outputs = {"gate": args.out, "report": args.report, "plots": args.plots_dir}
+    with stage_run("gate", params, sections=("gate",), params_file=args.params, inputs=files,
+                   outputs=outputs, metrics_path=args.metrics) as run:
         result = decide_and_register(params, inputs, registry_client=client())
         cost = write_outputs(result, inputs, gate_json=args.out, report=args.report,
                              plots_dir=args.plots_dir)
