@@ -392,3 +392,48 @@ def test_cli_gate_runs_on_two_evaluation_files(tmp_path, registry, capsys):
               "--params", str(tmp_path / "none.yaml")])
     assert exc.value.code == 2
     assert not (tmp_path / "h").exists()
+
+
+def test_cli_on_one_file_with_both_checkpoints_registers_and_reports_seconds(tmp_path, registry,
+                                                                           capsys):
+    from rlvr.artifacts.io import timings_path
+    from rlvr.cli import main
+    from rlvr.tracking.registry import aliases_of
+
+    rows = _champ() + gk.rows("cand", {"heldout_function": gk.better_on_target})
+    for r in rows:
+        r.update(seconds=2.0, tool_seconds=0.5, gen_seconds=1.0)
+    ev = tmp_path / "eval.parquet"
+    write_eval(ev, rows, timings_path=timings_path(ev))
+    main(["gate", "--candidate-eval", str(ev), "--candidate", "cand", "--champion", "champ",
+          "--out", str(tmp_path / "g"), "--register", "--params", str(tmp_path / "none.yaml")])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["decision"] == "promote" and printed["registry"]["alias_moved"] is True
+    assert aliases_of(registry, "rlvr-policy") == {"champion": printed["registry"][
+        "candidate_version"]}
+    report = (tmp_path / "g" / "gate.md").read_text()
+    # 320 episodes of 2 s per tier over 160 (champion) / 180 (candidate) solved
+    seconds = {line.split(" | ")[0][2:] + "/" + line.split(" | ")[1]: line.split(" | ")[-2]
+               for line in report.splitlines() if "(candidate) |" in line or "(champion) |" in line}
+    assert seconds["cand (candidate)/heldout_function"] == "3.6"
+    assert seconds["champ (champion)/heldout_function"] == "4.0"
+    gate = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert "seconds" not in json.dumps(gate)  # no clock in gate.json
+
+
+def test_pooled_runs_compare_but_are_not_registered(tmp_path, registry):
+    from rlvr.gate.apply import decide_and_register, load_inputs
+
+    runs = []
+    for k in range(2):
+        part = gk.rows("cand", {"heldout_function": gk.better_on_target},
+                       version=f"sha256:{k:0>16}")
+        runs += [dict(r, run=f"seed{k}") for r in part]
+    champ = [dict(r, run="seed0") for r in _champ()] + [dict(r, run="seed1") for r in _champ()]
+    ev = tmp_path / "eval.parquet"
+    write_eval(ev, runs + champ)
+    inputs = load_inputs(gk.params(), ev, ev)
+    assert inputs.candidate_hash == "sha256:0000000000000000,sha256:0000000000000001"
+    assert decide_and_register(gk.params(), inputs).decision == "promote"
+    with pytest.raises(GateInputError, match="pooled runs"):
+        decide_and_register(gk.params(), inputs, registry_client=registry)

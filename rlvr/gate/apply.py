@@ -16,8 +16,8 @@ from typing import Any
 from rlvr.artifacts.io import timings_path, write_json
 from rlvr.evaluate.report import read_eval, read_eval_timings
 from rlvr.gate.decision import GateResult, clean, run_gate
-from rlvr.gate.inputs import (GateInputError, TrainingMetrics, checkpoint_hash, policy_steps, policy_versions,
-                              read_training_metrics, select_side)
+from rlvr.gate.inputs import (GateInputError, TrainingMetrics, checkpoint_hash, policy_steps,
+                              policy_versions, read_training_metrics, select_side)
 from rlvr.gate.params import GateParams
 from rlvr.gate.reliability import cost
 from rlvr.gate.report import write_report
@@ -89,6 +89,10 @@ def decide_and_register(params: GateParams, inputs: GateInputs, *,
     from rlvr.tracking.registry import apply_decision, check_champion
 
     cand, champ = checkpoints(params, inputs)
+    for ckpt in (cand, champ):
+        if "," in ckpt.content_hash:
+            raise GateInputError(f"{ckpt.name}: {len(ckpt.policy_versions)} policy versions "
+                                 "(pooled runs) are no single checkpoint to register")
     model, alias = params.registry.model_name, params.registry.alias
     check_champion(registry_client, model, champ.content_hash, cand.content_hash, alias)
     outcome = apply_decision(registry_client, model, result.decision, cand, champ, alias=alias,

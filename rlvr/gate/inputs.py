@@ -95,13 +95,13 @@ def checkpoint_hash(rows: Sequence[Mapping[str, Any]], model_dir: Path | str | N
     is hashed now and must match (a checkpoint rewritten after its evaluation is not the one
     the evidence is about); a custom, non-hash policy version cannot be checked and the
     directory's hash is used. Several policy versions under one checkpoint name (pooled
-    training seeds) have no single hash: refused when a directory is named."""
+    training seeds) have no single hash: joined with "," without a directory (the gate can
+    compare them, the registry will not register them), refused with one."""
     versions = policy_versions(rows)
     if model_dir is None or str(model_dir) == "":
-        if len(versions) != 1:
-            raise GateInputError(f"{side}: {len(versions)} policy versions in its evaluation "
-                                 f"({versions}); name one checkpoint directory per side")
-        return versions[0]
+        # pooled training runs of one recipe: comparable, but no single checkpoint (the
+        # registry refuses to register a joined hash)
+        return ",".join(versions)
     from rlvr.engines.model_dir import weights_fingerprint
 
     now = weights_fingerprint(model_dir)
