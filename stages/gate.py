@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> None:
         cost = write_outputs(result, inputs, gate_json=args.out, report=args.report,
                              plots_dir=args.plots_dir)
         run.log_metrics(headline(result, cost))
-        run.log_artifact(args.out)
-        run.log_artifact(args.report)
+        plots = args.plots_dir or args.report.with_name(f"{args.report.stem}_plots")
+        for path in [args.out, args.report, *sorted(plots.glob("*.png"))]:
+            run.log_artifact(path)
     print(f"gate: {result.decision} ({params.candidate} vs {params.champion}"
           + (f"; blocked by {', '.join(result.blocking)}" if result.blocking else "")
           + f") -> {args.out}")
