@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
+# One MLflow parent run for this whole invocation (rlvr/tracking/pipeline.py)
+export RLVR_PIPELINE_RUN="${RLVR_PIPELINE_RUN:-make-$(date -u +%Y%m%dT%H%M%SZ)-$$}"
 [ -d .dvc ] || dvc init -q
 dvc repro "$@"
 dvc metrics show

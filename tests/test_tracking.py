@@ -270,6 +270,39 @@ def test_passport_is_an_artifact_with_the_verifier_facts(project):
     assert logged == ["passport.json"]
 
 
+def test_dvc_exp_run_names_the_parent_and_tags_the_experiment(tmp_path):
+    """`dvc exp run` passes DVC_EXP_NAME / DVC_EXP_BASELINE_REV to every stage command."""
+    from mlflow import MlflowClient
+
+    (tmp_path / "params.yaml").write_text("a: {b: 1}\n")
+    (tmp_path / "s.py").write_text(
+        "from rlvr.tracking.stage import stage_run\n"
+        "with stage_run('s', sections=('a',), metrics_path='m.json') as run:\n"
+        "    run.log_metrics({'ok': 1})\n")
+    (tmp_path / "dvc.yaml").write_text(
+        f"stages:\n  s:\n    cmd: {PY} s.py\n    deps: [s.py]\n    params: [a]\n"
+        "    metrics: [{m.json: {cache: false}}]\n")
+    _git(tmp_path, "init", "-q")
+    subprocess.run([str(DVC), "init", "-q"], cwd=tmp_path, check=True, capture_output=True)
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "exp")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in (PIPELINE_ENV, "RLVR_TRACKING")}
+    env.update(PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=uri, PYTHONDONTWRITEBYTECODE="1")
+    done = _run([str(DVC), "exp", "run", "-n", "tidy-run", "-S", "a.b=2"], tmp_path, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    client = MlflowClient(uri)
+    runs = {r.info.run_name: r for r in client.search_runs(
+        [client.get_experiment_by_name("rlvr").experiment_id])}
+    stage = runs["s"]
+    assert stage.data.tags["dvc_exp_name"] == "tidy-run"
+    assert stage.data.params == {"a.b": "2"}
+    parent = client.get_run(stage.data.tags["mlflow.parentRunId"])
+    baseline = stage.data.tags["dvc_exp_baseline_rev"]
+    assert parent.data.tags[PIPELINE_TAG] == f"dvc-exp:tidy-run@{baseline[:12]}"
+    assert baseline == stage.data.tags["git_commit"]
+
+
 # ---- the pipeline key and per-step metrics, in process ------------------------------------
 def test_pipeline_key_contract():
     assert pipeline_key({PIPELINE_ENV: "prefect:1f2e"}).key == "prefect:1f2e"
@@ -312,6 +345,70 @@ def test_steps_batched_with_step_and_failure_in_process(tmp_path, monkeypatch):
     assert (ev.info.status, ev.data.tags["error"]) == ("FAILED", "exit status 2")
     assert runs["pipeline unit-1"].info.status == "FAILED"  # the stage that ended last failed
     assert not (tmp_path / "e.json").exists()
+
+
+def test_sigterm_ends_the_run_killed(tmp_path):
+    import signal
+    import time
+
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "s.py").write_text(
+        "import pathlib, time\n"
+        "from rlvr.tracking.stage import stage_run\n"
+        "with stage_run('rollout', metrics_path='m.json'):\n"
+        "    pathlib.Path('started').touch()\n"
+        "    time.sleep(600)\n")
+    env = {k: v for k, v in os.environ.items() if k not in (PIPELINE_ENV, "RLVR_TRACKING",
+                                                            "DVC_STAGE")}
+    env.update(PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=uri)
+    proc = subprocess.Popen([PY, "s.py"], cwd=tmp_path, env=env, stderr=subprocess.PIPE)
+    try:
+        for _ in range(1200):  # wait (up to 2 min) until the body runs: its run is open
+            if (tmp_path / "started").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "started").exists(), proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        proc.kill()
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("rlvr").experiment_id])
+    assert (run.info.status, run.data.tags["error"]) == ("KILLED", "exit status 143")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_compare_two_pipeline_runs(tmp_path, monkeypatch, capsys):
+    from rlvr.tracking import compare
+    from rlvr.tracking.stage import stage_run
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
+    monkeypatch.delenv("RLVR_TRACKING", raising=False)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    shared = tmp_path / "shared.txt"
+    shared.write_text("same bytes")
+    for key, seed, data in (("run-a", 0, "one"), ("run-b", 1, "two")):
+        monkeypatch.setenv(PIPELINE_ENV, key)
+        (tmp_path / "params.yaml").write_text(f"rollout: {{seed: {seed}, workers: 2}}\n")
+        (tmp_path / "in.txt").write_text(data)
+        with stage_run("rollout", sections=("rollout",), inputs={"shared": shared,
+                                                                 "data": "in.txt"},
+                       metrics_path=tmp_path / "m.json") as run:
+            run.log_metrics({"success_rate": 0.25 * (seed + 1), "episodes": 8})
+    (diff,) = compare.compare_pipeline_runs("run-a", "run-b")
+    assert diff.stage == "rollout" and diff.statuses == ("FINISHED", "FINISHED")
+    assert diff.params == {"rollout.seed": ("0", "1")}
+    assert diff.metrics == {"success_rate": (0.25, 0.5)}
+    assert list(diff.datasets) == ["input:in.txt"]   # shared.txt: the same digest
+    compare.main(["run-a", "run-b"])
+    out = capsys.readouterr().out
+    assert "| metric | success_rate | 0.25 | 0.5 | 0.25 |" in out
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["run-a", "no-such-run"])
+    assert exc.value.code == 2 and "no-such-run" in capsys.readouterr().err
 
 
 # ---- every stage logs the params sections dvc.yaml gives it -------------------------------

@@ -3,7 +3,7 @@
 Every stage opens a `StageRun`; it is how a metric traces back to the exact params, code and
 input artifacts (by DVC content hash) that made it (SPEC §9). The MLflow run opens when the
 stage body starts and ends with it: FINISHED when the body returns, FAILED when it raises
-(or exits non-zero), KILLED on Ctrl-C; it nests under the pipeline run's parent
+(or exits non-zero), KILLED on Ctrl-C or SIGTERM; it nests under the pipeline run's parent
 (`rlvr.tracking.pipeline`, env `RLVR_PIPELINE_RUN`). What it holds:
 
 * run name and tag `stage`: the DVC stage name (`DVC_STAGE`, which `dvc repro` sets: the
@@ -164,6 +164,7 @@ def stage_run(stage: str, params: Any = None, *, sections: Sequence[str] = (),
         tracker = _Tracker.open(name, logged, {k: Path(v) for k, v in (inputs or {}).items()
                                                if v is not None})
         run._tracker, run.run_id, run.parent_run_id = tracker, tracker.run_id, tracker.parent_id
+    restore = _terminate_as_exit() if tracker is not None else None
     try:
         yield run
         write_json(run.metrics_path, run.metrics)
@@ -171,15 +172,40 @@ def stage_run(stage: str, params: Any = None, *, sections: Sequence[str] = (),
         if tracker is not None:
             tracker.close(run, _status(exc), error=exc)
         raise
+    finally:
+        if restore is not None:
+            restore()
     if tracker is not None:
         tracker.close(run, "FINISHED")
 
 
+class Terminated(SystemExit):
+    """SIGTERM while a tracked stage ran (a scheduler cancelling it): exit status 143."""
+
+
+def _terminate_as_exit():
+    """While the stage runs, SIGTERM (default action: die without a trace) raises
+    `Terminated`, so the run is ended KILLED instead of left RUNNING; returns the undo.
+    Only from the main thread and only over the default handler (never someone else's)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def handler(signum, frame):
+        raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _status(exc: BaseException) -> str:
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        return "KILLED"
     if isinstance(exc, SystemExit):
         return "FINISHED" if exc.code in (0, None) else "FAILED"
-    if isinstance(exc, KeyboardInterrupt):
-        return "KILLED"
     return "FAILED"
 
 
