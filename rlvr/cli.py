@@ -11,17 +11,29 @@
               [--champion NAME] [--training-metrics FILE] [--register]
     rlvr gate rollback [--reason TEXT]
 
-Bad input exits non-zero with one line naming the file / field / id.
+Bad input exits 2 with one line naming the file / field / id (a directory given where a
+FILE is expected is named as such). Output piped into a reader that stops early
+(`rlvr tasks list --tasks FILE | head`) ends the command quietly, exit status 141.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 from rlvr.errors import RlvrError, exit_on_error
+
+
+def _file(value: str) -> Path:
+    """argparse type of a FILE argument: a directory there is an error saying so (else the
+    reader would report it as "not found" or fail on it later)."""
+    path = Path(value)
+    if path.is_dir():
+        raise RlvrError(f"{value}: is a directory, expected a file")
+    return path
 
 
 def _load_params(path: Path):
@@ -40,11 +52,11 @@ def _load_params(path: Path):
 
 
 def cmd_tasks_list(args) -> None:
-    from rlvr.tasks.pool import load_tasks
+    from rlvr.tasks.pool import list_tasks
 
-    for t in load_tasks(args.tasks):
-        print(f"{t.task_id}\t{t.family}\t{t.split}\t{t.source}\t"
-              f"f2p={len(t.fail_to_pass)}\tp2p={len(t.pass_to_pass)}")
+    for t in list_tasks(args.tasks):
+        print(f"{t['task_id']}\t{t['family']}\t{t['split']}\t{t['source']}\t"
+              f"f2p={len(t['fail_to_pass'])}\tp2p={len(t['pass_to_pass'])}")
 
 
 def cmd_tasks_show(args) -> None:
@@ -180,47 +192,48 @@ def cmd_gate_rollback(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlvr", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="rlvr", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="inspect and convert task pools")
     tsub = tasks.add_subparsers(dest="tasks_command", required=True)
     t = tsub.add_parser("list", help="one line per task")
-    t.add_argument("--tasks", type=Path, required=True)
+    t.add_argument("--tasks", type=_file, required=True)
     t.set_defaults(func=cmd_tasks_list)
     t = tsub.add_parser("show", help="one task's metadata as JSON")
     t.add_argument("id")
-    t.add_argument("--tasks", type=Path, required=True)
+    t.add_argument("--tasks", type=_file, required=True)
     t.set_defaults(func=cmd_tasks_show)
     t = tsub.add_parser("materialize", help="the agent's view of a task, as a git repo")
     t.add_argument("id")
-    t.add_argument("--tasks", type=Path, required=True)
+    t.add_argument("--tasks", type=_file, required=True)
     t.add_argument("--out", type=Path, required=True)
     t.set_defaults(func=cmd_tasks_materialize)
     t = tsub.add_parser("import-swebench", help="SWE-bench instances -> task Parquet")
-    t.add_argument("file", type=Path)
+    t.add_argument("file", type=_file)
     t.add_argument("--repos", type=Path, required=True)
-    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--out", type=_file, required=True)
     t.set_defaults(func=cmd_import_swebench)
     t = tsub.add_parser("export-swebench", help="task Parquet -> SWE-bench instances (JSONL)")
-    t.add_argument("--tasks", type=Path, required=True)
-    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--tasks", type=_file, required=True)
+    t.add_argument("--out", type=_file, required=True)
     t.set_defaults(func=cmd_export_swebench)
 
     c = sub.add_parser("curate", help="hand-authored task directories -> curated Parquet")
     c.add_argument("--source", type=Path, required=True)
-    c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--params", type=Path, default=Path("params.yaml"))
+    c.add_argument("--out", type=_file, required=True)
+    c.add_argument("--params", type=_file, default=Path("params.yaml"))
     c.add_argument("--backend", choices=["bwrap", "docker"])
     c.set_defaults(func=cmd_curate)
 
     v = sub.add_parser("verify", help="one patch through the enclave -> one JSON verdict")
-    v.add_argument("--tasks", type=Path, required=True)
+    v.add_argument("--tasks", type=_file, required=True)
     v.add_argument("--task-id", required=True)
-    v.add_argument("--patch", type=Path, required=True)
+    v.add_argument("--patch", type=_file, required=True)
     v.add_argument("--backend", choices=["bwrap", "docker"])
     v.add_argument("--seed", type=int)
-    v.add_argument("--params", type=Path, default=Path("params.yaml"))
+    v.add_argument("--params", type=_file, default=Path("params.yaml"))
     v.set_defaults(func=cmd_verify)
 
     g = sub.add_parser("gate", help="release gate: candidate vs champion evaluation -> "
@@ -253,7 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
 @exit_on_error
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    args.func(args)
+    try:
+        args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): stop quietly, as a tool killed by SIGPIPE
+        # would (141 = 128 + SIGPIPE). stdout goes to /dev/null so the interpreter's last
+        # flush at exit cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,12 +3,22 @@
 The pyarrow schema fixes column names and types; the contract fixes what types cannot say
 (ids unique and non-empty, enums in their set, counts non-negative). A suite is declared
 once, next to the artifact's schema, with `register(name, [...])`.
+
+Great Expectations costs 2-4 s to import, more than most commands do. It is imported only
+when a suite actually has to run: a file whose exact bytes already passed the same suite
+(same expectations, same GE version, same code of this module, same schema) is recorded in
+a per-user validation record (`validated_before` / `record_validated`), so re-reading it
+(`rlvr tasks list`, the next stage) skips the import without skipping a check: the same
+input to the same deterministic suite gives the same verdict. Any other file, and every
+table checked before a write, goes through GE.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +26,9 @@ import pyarrow as pa
 from rlvr.errors import ArtifactError
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+# Where passed validations are recorded: a directory, or "off" to run every suite every time.
+VALIDATED_ENV = "RLVR_CONTRACT_CACHE"
 
 
 @dataclass(frozen=True)
@@ -103,3 +116,70 @@ def check(name: str, table: pa.Table, where: str) -> None:
             column = cfg.kwargs.get("column") or ",".join(cfg.kwargs.get("column_list") or ())
             problems.append(f"{cfg.type}({column}) unexpected={sample}")
     raise ArtifactError(f"{where}: breaks the '{name}' data contract: " + "; ".join(problems))
+
+
+# ------------------------------------------------------------------ validation record
+def _record_dir() -> Path | None:
+    value = os.environ.get(VALIDATED_ENV)
+    if value == "off":
+        return None
+    if value:
+        return Path(value)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlvr" / "validated"
+
+
+def _suite_fingerprint(name: str) -> str:
+    """What a verdict depends on besides the data: the suite as registered now, GE's
+    version, this module's code."""
+    return _fingerprint(repr(_SUITES[name]))
+
+
+@lru_cache(maxsize=None)
+def _fingerprint(suite: str) -> str:
+    from importlib.metadata import version
+
+    code = Path(__file__).read_bytes()
+    return hashlib.sha256(f"{suite}\0{version('great_expectations')}\0".encode()
+                          + code).hexdigest()
+
+
+def _record_path(name: str, path: Path | str, schema: pa.Schema) -> Path | None:
+    where = _record_dir()
+    if where is None or name not in _SUITES:
+        return None
+    from rlvr.artifacts.io import file_sha256
+
+    try:
+        digest = file_sha256(path)
+    except OSError:
+        return None
+    key = hashlib.sha256("\0".join([name, _suite_fingerprint(name), schema.to_string(),
+                                     digest]).encode()).hexdigest()
+    return where / key[:2] / key
+
+
+def validated_before(name: str, path: Path | str, schema: pa.Schema) -> bool:
+    """These exact bytes, read with `schema`, already passed suite `name` here."""
+    record = _record_path(name, path, schema)
+    return record is not None and record.is_file()
+
+
+def record_validated(name: str, path: Path | str, schema: pa.Schema) -> None:
+    """Note that `path`'s bytes passed suite `name` (best effort: no record, no harm)."""
+    record = _record_path(name, path, schema)
+    if record is None:
+        return
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(record, os.O_CREAT | os.O_WRONLY, 0o644))  # empty: its name is the fact
+    except OSError:
+        pass
+
+
+def check_file(name: str, table: pa.Table, path: Path | str, schema: pa.Schema) -> None:
+    """`check` for a table read from `path`, run only if these bytes have not passed before."""
+    if validated_before(name, path, schema):
+        return
+    check(name, table, where=str(path))
+    record_validated(name, path, schema)

@@ -66,20 +66,22 @@ def write_tables(parts: Iterable[tuple[Path | str, Iterable[dict] | pa.Table, pa
     """Several files of one stage (an artifact and its timings sidecar): every
     (path, rows, schema, contract) is built and checked before the first file is written,
     so a bad row in any of them leaves all the previous files in place."""
-    from rlvr.artifacts.contracts import check
+    from rlvr.artifacts.contracts import check, record_validated
 
     tables = []
     for path, rows, schema, contract in parts:
         table = as_table(rows, schema, str(path))
         if contract:
             check(contract, table, where=str(path))
-        tables.append((path, table))
-    for path, table in tables:
+        tables.append((path, table, schema, contract))
+    for path, table, schema, contract in tables:
         with atomic_path(path, suffix=".parquet") as tmp:
             # No timestamps or writer noise in the file: same rows -> byte-identical artifact.
             pq.write_table(table, tmp, compression="zstd", write_statistics=False,
                            store_schema=True)
-    return [table for _, table in tables]
+            if contract:  # the checked table's bytes: a later read need not re-run GE
+                record_validated(contract, tmp, schema)
+    return [table for table, *_ in tables]
 
 
 def timings_path(path: Path | str) -> Path:
@@ -93,10 +95,15 @@ def timings_path(path: Path | str) -> Path:
 def read_table(path: Path | str, schema: pa.Schema, contract: str | None = None) -> pa.Table:
     """Read a Parquet artifact, insisting on `schema`'s columns and types."""
     path = Path(path)
+    if path.is_dir():
+        raise ArtifactError(f"{path}: is a directory, expected a Parquet file")
     if not path.is_file():
         raise ArtifactError(f"{path}: artifact not found")
     try:
-        table = pq.read_table(path)
+        # One file, read directly: pq.read_table goes through pyarrow.dataset, whose import
+        # (pandas included) costs more than reading a task pool.
+        with pq.ParquetFile(path) as parquet:
+            table = parquet.read()
     except (pa.ArrowInvalid, OSError) as exc:
         raise ArtifactError(f"{path}: not a readable Parquet file: {exc}") from None
     missing = [n for n in schema.names if n not in table.schema.names]
@@ -108,9 +115,9 @@ def read_table(path: Path | str, schema: pa.Schema, contract: str | None = None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
         raise ArtifactError(f"{path}: columns do not match the schema: {exc}") from None
     if contract:
-        from rlvr.artifacts.contracts import check
+        from rlvr.artifacts.contracts import check_file
 
-        check(contract, table, where=str(path))
+        check_file(contract, table, path, schema)
     return table
 
 

@@ -16,6 +16,15 @@ def load_tasks(path: Path | str) -> list[Task]:
     return [Task.from_row(row) for row in table.to_pylist()]
 
 
+def list_tasks(path: Path | str) -> list[dict]:
+    """Summary rows (ids, family, split, source, test ids) without building Task records:
+    the file is read and checked against its schema and contract exactly as by load_tasks;
+    only the summary columns are converted to Python (repo files are most of the bytes)."""
+    table = read_table(path, schemas.TASKS, contract="tasks")
+    return table.select(["task_id", "family", "split", "source", "fail_to_pass",
+                         "pass_to_pass"]).to_pylist()
+
+
 def save_tasks(path: Path | str, tasks: Sequence[Task]) -> None:
     """Rows sorted by task_id so the same tasks give a byte-identical file."""
     rows = [t.to_row() for t in sorted(tasks, key=lambda t: t.task_id)]
