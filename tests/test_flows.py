@@ -238,6 +238,11 @@ def test_exit_status_classification(tmp_path):
             sys.exit(255)""")
     with pytest.raises(fp.InfrastructureFailure, match="killed by signal 9"):
         run("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    with pytest.raises(fp.InfrastructureFailure, match="holds the repository lock"):
+        run("""
+            import sys
+            print("ERROR: Unable to acquire lock. Most likely another DVC process is running")
+            sys.exit(255)""")
     with pytest.raises(fp.InfrastructureFailure, match="cannot launch"):
         fp.run_streamed("s", [str(tmp_path / "no-such-binary")], tmp_path, {}, seen.append)
 
@@ -282,3 +287,19 @@ def test_mlflow_link_found_for_the_stage_run(tmp_path, monkeypatch):
         f"http://ui:5000/#/experiments/{exp}/runs/{run.info.run_id}")
     assert fp.find_mlflow_run("b", 0, tmp_path) is None
     assert fp.find_mlflow_run("a", run.info.start_time + 10_000, tmp_path) is None
+
+
+@pytest.mark.parametrize("given,seen", [(None, "False"), ("true", "True")])
+def test_ephemeral_server_telemetry_off_unless_asked(given, seen):
+    """The fresh-PREFECT_HOME 'database is locked' storm: the temporary server's telemetry
+    service is off by default once flows.pipeline is imported; an explicit setting wins."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_ANALYTICS_ENABLED"}
+    if given is not None:
+        env["PREFECT_SERVER_ANALYTICS_ENABLED"] = given
+    code = ("import flows.pipeline; from prefect.settings import get_current_settings; "
+            "print(get_current_settings().server.analytics_enabled)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(fp.__file__).parent.parent,
+                         env=env, check=True, capture_output=True, text=True).stdout
+    assert out.split() == [seen]
