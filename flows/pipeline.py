@@ -59,6 +59,7 @@ from typing import Any, Callable, Iterable, Sequence  # noqa: E402
 import yaml  # noqa: E402
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as current_flow_run  # noqa: E402
 
 from rlvr.errors import ConfigError, RlvrError, exit_on_error  # noqa: E402
@@ -366,7 +367,8 @@ def publish_stage_artifact(stage: DagStage, root: Path, outcome: str, since_ms: 
 
 
 @task(name="dvc-stage", task_run_name="stage:{stage}", retries=STAGE_RETRIES,
-      retry_delay_seconds=STAGE_RETRY_DELAY_S, retry_condition_fn=retry_infrastructure_only)
+      retry_delay_seconds=STAGE_RETRY_DELAY_S, retry_condition_fn=retry_infrastructure_only,
+      cache_policy=NO_CACHE)  # DVC, not Prefect's result cache, decides what is up to date
 def run_stage(stage: str, root: str, pipeline_key: str | None = None,
               metrics: tuple[str, ...] = ()) -> str:
     """`dvc repro --single-item <stage>`: output streamed to the run log, a Markdown artifact
