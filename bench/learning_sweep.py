@@ -82,7 +82,10 @@ def sweep_pretrain(args) -> None:
     policy, split = _params(args.params)
     policy = dataclasses.replace(policy, **SIZES[args.size])
     evaluation = {*split.heldout_families, *split.regression_families}
-    work = args.work / f"pretrain-{args.size}"
+    recipe = {"line_shift": args.line_shift, "rename_paths": args.rename_paths,
+              "train_on": args.train_on, "drills": args.drills}
+    key = f"{args.size}-{args.steps}-" + "-".join(f"{v}" for v in recipe.values())
+    work = args.work / f"pretrain-{key}"
     texts, _ = policy_corpus(ROOT, seed=policy.seed, synthetic_samples=policy.synthetic_samples,
                              exclude_families=evaluation)
     build_local_policy(work / "random", texts, seed=policy.seed, vocab_size=policy.vocab_size,
@@ -104,11 +107,11 @@ def sweep_pretrain(args) -> None:
             print(f"step {step}: {json.dumps(curve[-1])}", flush=True)
 
     t0 = time.perf_counter()
-    pre = dataclasses.replace(policy.pretrain, steps=args.steps)
+    pre = dataclasses.replace(policy.pretrain, steps=args.steps, **recipe)
     code = training_code(ROOT, evaluation)
     result, _ = pretrain_policy(work / "random", work / "pretrained", code, pre, log=log,
                                 eval_every=args.eval_every, on_eval=probe)
-    _append("pretrain", {"key": f"{args.size}-{args.steps}", "size": args.size,
+    _append("pretrain", {"key": key, "size": args.size, "recipe": recipe,
                          "parameters": n_params, "steps": result.steps,
                          "seconds": round(time.perf_counter() - t0, 1),
                          "tokens_per_second": round(result.tokens_per_second, 1),
@@ -170,13 +173,19 @@ def plot(args) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     pre = json.loads((OUT / "pretrain.json").read_text()) if (OUT / "pretrain.json").is_file() else []
     for run in pre:
+        r = run.get("recipe", {})
+        name = f"{run['parameters'] / 1e6:.1f} M" + (
+            f", shift {r['line_shift']}, rename {r['rename_paths']}, {r['train_on']}, "
+            f"{r.get('drills', 0)} drills"
+            if r.get("line_shift") or r.get("rename_paths") or r.get("train_on") == "actions"
+            or r.get("drills") else "")
         for kind, ls in (("train_code", "-"), ("heldout_code", "--")):
             xs = [c["tokens"] / 1e6 for c in run["curve"]]
+            label = f"{name}; {kind.replace('_', ' ')}"
             axes[0].plot(xs, [c[f"{kind}/copy_line_flagged"] for c in run["curve"]], ls,
-                         marker="o", ms=3, label=f"{run['size']} ({run['parameters'] / 1e6:.1f} M), "
-                                                 f"{kind.replace('_', ' ')}")
+                         marker="o", ms=3, label=label)
             axes[1].plot(xs, [c[f"{kind}/copy_bug_line"] for c in run["curve"]], ls, marker="o",
-                         ms=3, label=f"{run['size']}, {kind.replace('_', ' ')}")
+                         ms=3, label=label)
     axes[0].set(xlabel="pretraining tokens (M)", ylabel="first edit on a flagged path:line",
                 ylim=(-0.02, 1.02), title="copy rate vs pretraining")
     axes[1].set(xlabel="pretraining tokens (M)", ylabel="first edit on the bug's line",
@@ -206,6 +215,11 @@ def main() -> None:
     p.add_argument("--size", choices=sorted(SIZES), default="default")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--line-shift", type=int, default=0, help="policy.pretrain.line_shift")
+    p.add_argument("--rename-paths", type=float, default=0.0, help="policy.pretrain.rename_paths")
+    p.add_argument("--train-on", choices=("all", "actions"), default="all",
+                   help="policy.pretrain.train_on")
+    p.add_argument("--drills", type=int, default=0, help="policy.pretrain.drills")
     d = sub.add_parser("demos")
     d.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")
     d.add_argument("--demos", type=int, nargs="+", default=[44, 87, 174])

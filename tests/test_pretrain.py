@@ -2,6 +2,7 @@
 code, tokenized as episodes are, whose line-addressed fix really undoes the injected bug."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -13,8 +14,8 @@ from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.tools import parse_action
 from rlvr.agent.transcript import ChatCodec
 from rlvr.agent.tools import format_tool_call
-from rlvr.train.pretrain import (PretrainParams, pretrain_policy, pretrain_rows, repair_cases,
-                                 synthetic_episodes)
+from rlvr.train.pretrain import (PretrainParams, copy_drills, pretrain_policy, pretrain_rows,
+                                 repair_cases, synthetic_episodes)
 from rlvr.train.probe import _copy_profile, copy_probe
 
 SOURCE = '''def clamp(x, lo, hi):
@@ -101,6 +102,23 @@ def test_shifted_renamed_cases_still_point_at_the_bug_and_action_masks_cover_act
             "run_tests", "edit", "run_tests", "submit"]
     with pytest.raises(Exception, match="policy.pretrain.rename_paths"):
         PretrainParams(rename_paths=2.0).check()
+
+
+def test_copy_drills_train_only_the_edit_of_a_listed_line(codec):
+    p = PretrainParams(drills=10, line_shift=5, rename_paths=0.5)
+    drills = copy_drills({"pkg/core.py": SOURCE}, codec, p)
+    assert len(drills) == 10
+    for ids, mask in drills:
+        text = codec.decode(ids)
+        trained = codec.decode([i for i, m in zip(ids, mask) if m])
+        assert "<|im_start|>system" not in text and "suspicious lines" in text
+        edit = parse_action(trained.removesuffix("<|im_end|>")).call
+        assert edit.name == "edit"
+        shown = {(s.path, s.line) for s in suspicious_lines(text)}
+        assert (edit.args["path"], edit.args["line"]) in shown
+    rows = pretrain_rows({"pkg/core.py": SOURCE}, codec, dataclasses.replace(
+        p, episodes=2, code_chunk_tokens=32))
+    assert sum(r["trajectory_id"].startswith("pretrain-") for r in rows) == len(rows) > 12
 
 
 def test_copy_profile_tells_a_copied_location_from_one_written_from_memory():

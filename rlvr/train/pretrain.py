@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal
 
+from rlvr.agent.observations import HEADER as SUSPECTS_HEADER
 from rlvr.agent.prompt import SYSTEM_PROMPT
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
@@ -44,12 +45,18 @@ class PretrainParams:
     # Which tokens of a synthetic episode are trained: "all" (next-token over everything) or
     # "actions" (only the assistant's turns, as in SFT). Code chunks always train every token.
     train_on: Literal["all", "actions"] = "all"
+    # Short copy drills besides the episodes: run_tests' suspicious lines (shifted, renamed as
+    # above) then the edit of the bug's line, no system prompt, only the edit trained. Many
+    # copies per token: the location the edit names is the only thing they teach.
+    drills: int = 0
 
     def check(self) -> None:
         if self.line_shift < 0:
             raise ConfigError(f"policy.pretrain.line_shift: {self.line_shift} < 0")
         if not 0.0 <= self.rename_paths <= 1.0:
             raise ConfigError(f"policy.pretrain.rename_paths: {self.rename_paths} not in [0, 1]")
+        if self.drills < 0:
+            raise ConfigError(f"policy.pretrain.drills: {self.drills} < 0")
         if self.train_on not in ("all", "actions"):
             raise ConfigError(f"policy.pretrain.train_on: {self.train_on!r} (all | actions)")
 
@@ -205,6 +212,25 @@ def synthetic_episodes(code: dict[str, str], codec: ChatCodec,
     return out
 
 
+def copy_drills(code: dict[str, str], codec: ChatCodec,
+                p: PretrainParams) -> list[tuple[list[int], list[int]]]:
+    """`p.drills` (token ids, loss mask): user instruction, a run_tests call, its suspicious
+    lines section, then the edit (the only trained tokens)."""
+    out = []
+    for case in repair_cases(code, p.drills, seed=p.seed + 7, line_shift=p.line_shift,
+                             rename_paths=p.rename_paths):
+        section = case.observation[case.observation.index(SUSPECTS_HEADER):]
+        section = section[:section.index("\n" + "=" * 10)] if "\n" + "=" * 10 in section \
+            else section
+        ids = [*codec.header("user"), *codec.encode_text(case.user), codec.im_end,
+               *codec.newline(), *codec.header("assistant"),
+               *codec.encode_action(format_tool_call("run_tests", {})), codec.im_end,
+               *codec.observation_segment(section, close_turn=False)]
+        edit = [*codec.encode_action(format_tool_call("edit", case.edit)), codec.im_end]
+        out.append((ids + edit, [0] * len(ids) + [1] * len(edit)))
+    return out
+
+
 def code_chunks(code: dict[str, str], codec: ChatCodec, size: int) -> list[list[int]]:
     out = []
     for path, text in sorted(code.items()):
@@ -218,7 +244,7 @@ def pretrain_rows(code: dict[str, str], codec: ChatCodec, p: PretrainParams) -> 
     from rlvr.train.demos import demo_row, token_hash
 
     p.check()
-    seqs = synthetic_episodes(code, codec, p) + [
+    seqs = synthetic_episodes(code, codec, p) + copy_drills(code, codec, p) + [
         (ids, [1] * len(ids)) for ids in code_chunks(code, codec, p.code_chunk_tokens)]
     return [demo_row({"trajectory_id": f"pretrain-{i}", "task_id": f"pretrain-{i}",
                    "family": "pretrain", "engine": "synthetic", "token_ids": ids,
