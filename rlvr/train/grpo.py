@@ -1,0 +1,662 @@
+"""Online GRPO against the enclave (SPEC §7), synchronous (Δv_max = 0).
+
+The loop, per step k (`train_grpo`):
+
+    tasks   = curriculum.select(tasks_per_draw)                 difficulty bands (curriculum.py)
+    rows    = roll_out(tasks, G, engine=torch engine of θ_k)     multi-turn episodes, passports
+    verdict = verifier(diffs)                                    only diffs cross; consensus R
+    rows    = apply_verdicts(rows, verdicts)                     SPEC §5 reward, overlong penalty
+    groups  = informative groups (identical rewards dropped, logged); repeat the draw until
+              groups_per_step are kept or max_draws were drawn
+    old_lp  = trainer forward, no grad, same layout as the update → ρ ≡ 1 on the first pass
+    for epoch, mini-batch: loss = grpo_loss(§7) ; backward per micro-batch ; optimizer step
+    engine.sync_weights(θ_{k+1})                                 the sampler serves new weights
+    dashboard + pathology flags → log(step, metrics) ; checkpoint
+
+Trust boundary: this module is the policy side's trainer and never imports the enclave.
+The caller hands it a `verifier(tasks, patch_rows) -> verdict rows` (the stage binds
+`rlvr.enclave.batch.verify_patches` to an open `Enclave`); only each submitted diff crosses,
+only verdicts come back.
+
+Ratio self-check: π_old is recomputed by the trainer's own forward pass on exactly the
+micro-batches the update uses, so on the first optimizer step of fresh data ρ ≡ 1 bit for
+bit (`train/first_pass_ratio_dev` is logged; it must be 0). The recorded behaviour logprobs
+(sampler side) feed the truncated-IS weights and the mismatch metrics, never the ratio.
+
+Resumption: the run lives in `work_dir/<run key>/` (run key: everything the run depends on
+except `steps` and the checkpoint cadence). A checkpoint is an HF directory (weights,
+tokenizer, `training.json` with the update passport and `policy_step`) plus the optimizer
+state and the loop state (step, draw counter, curriculum, entropy coefficient, curves, group
+ledger). A killed run restarts from its newest checkpoint; the rollouts of the interrupted
+step are reused from `roll_out`'s shards (same weights, policy step and sampling round), so
+no group is duplicated or lost and the result equals an uninterrupted run.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from rlvr.agent.passport import apply_verdicts, needs_verdict, parse_error_rate
+from rlvr.agent.rollout import RolloutParams, patch_rows, roll_out
+from rlvr.artifacts import schemas
+from rlvr.config import as_dict
+from rlvr.engines.base import SamplingParams
+from rlvr.engines.model_dir import load_policy, weights_fingerprint
+from rlvr.engines.torch_engine import TorchEngine
+from rlvr.errors import ConfigError
+from rlvr.rl.advantages import compute_advantages
+from rlvr.rl.importance import logprob_mismatch
+from rlvr.rl.loss import grpo_loss
+from rlvr.sandbox.params import SandboxParams
+from rlvr.tasks.model import Task
+from rlvr.train import pathology
+from rlvr.train.curriculum import BANDS, Curriculum
+from rlvr.train.grpo_config import GRPOParams
+from rlvr.train.logprobs import sequence_logprobs
+from rlvr.train.sft import TOKENIZER_COPY, _backend, micro_batches
+
+Verifier = Callable[[Sequence[Task], list[dict]], list[dict]]
+LogFn = Callable[[int, dict[str, float]], None]
+# Metric prefixes that hold clock or memory readings: logged, never in the model card.
+UNSTABLE = ("time/", "memory/")
+STATE = "state.json"
+OPTIMIZER = "optimizer.pt"
+
+
+@dataclass
+class GRPOResult:
+    out_dir: Path
+    steps: int                       # loop steps done (this run + resumed ones)
+    policy_step: int                 # optimizer steps applied to the weights
+    policy_version: str
+    curves: list[dict[str, Any]]     # per-step dashboard (stable metrics)
+    flags: dict[str, bool]
+    findings: list[pathology.Finding]
+    ledger: list[dict[str, Any]]     # every group drawn: accepted or dropped with a reason
+    curriculum: dict[str, Any]
+    resumed_from: int = 0            # step of the checkpoint this process started from
+    seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+    model: Any = None
+
+
+@dataclass
+class _State:
+    step: int = 0
+    policy_step: int = 0
+    policy_version: str = ""
+    draws: int = 0
+    entropy_coef: float = 0.0
+    curves: list[dict[str, Any]] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    curriculum: dict[str, Any] | None = None
+
+
+# ---- the loop -------------------------------------------------------------------------------
+def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
+               rollout: RolloutParams, sandbox_params: SandboxParams, out_dir: Path | str,
+               work_dir: Path | str, *, verifier: Verifier, log: LogFn | None = None,
+               sandbox=None, wrap_engine: Callable[[TorchEngine], Any] | None = None
+               ) -> GRPOResult:
+    """GRPO on `tasks` from the policy `base_dir`; the final policy goes to `out_dir`.
+
+    `rollout`: the agent environment (budgets, decoding, repetition, reward weights, tools)
+    — engine, model, group size and seed are this loop's. `verifier(tasks, patch_rows)`:
+    verdict rows for the submitted diffs. `work_dir`: checkpoints and rollout shards (kept
+    across a kill). `wrap_engine`: wraps the sampling engine (tests script actions through
+    it; the wrapped engine must keep the `TokenEngine` protocol)."""
+    params.check()
+    if not tasks:
+        raise ConfigError("grpo: no tasks to train on")
+    log = log or (lambda step, metrics: None)
+    started = time.perf_counter()
+    base_dir = Path(base_dir)
+    by_id = {t.task_id: t for t in tasks}
+    run_dir = Path(work_dir) / run_key(base_dir, tasks, params, rollout, sandbox_params)
+    state, ckpt = _load_state(run_dir)
+    policy = load_policy(ckpt or base_dir, device=params.device, dtype=params.dtype)
+    model = policy.model
+    backend = _backend(model, params.optimizer_params())
+    if ckpt is not None:
+        backend.opt.load_state_dict(torch.load(ckpt / OPTIMIZER, weights_only=True))
+    reference = (load_policy(base_dir, device=params.device, dtype=params.dtype).model
+                 if params.loss.uses_reference else None)
+    curriculum = Curriculum(list(by_id), params.curriculum, params.group_size, params.seed)
+    if state.curriculum is not None:
+        curriculum.load_state(state.curriculum)
+    controller = dataclasses.replace(params.entropy)
+    controller.coef = state.entropy_coef if ckpt is not None else params.entropy.coef
+    if not state.policy_version:
+        state.policy_version = policy.version
+    # The sampler holds its own copy of the weights (as a separate engine would) and gets
+    # the trainer's through the engine protocol after every update.
+    engine = TorchEngine.from_model(copy.deepcopy(model), policy.tokenizer,
+                                    policy_version=state.policy_version,
+                                    policy_step=state.policy_step)
+    acting = wrap_engine(engine) if wrap_engine is not None else engine
+    rp = rollout_params(rollout, params, base_dir)
+    scoring = SamplingParams.of(rp.decoding, max_new_tokens=1)
+    resumed_from, step_seconds = state.step, []
+    model.train()
+    for step in range(state.step + 1, params.steps + 1):
+        t0 = time.perf_counter()
+        torch.manual_seed(params.seed * 1_000_003 + step)
+        groups, timing = collect_groups(step, state, curriculum, by_id, acting, rp,
+                                        sandbox_params, sandbox, verifier, params,
+                                        run_dir / "rollouts")
+        metrics = {**timing, **rollout_metrics(groups, state.policy_step, curriculum)}
+        t1 = time.perf_counter()
+        metrics.update(behaviour_metrics(model, [r for g in groups for r in g["rows"]],
+                                         scoring, params))
+        kept = [g for g in groups if g["status"] == "accepted"]
+        if kept:
+            upd = update_policy(model, backend, kept, params, scoring, reference,
+                                controller.coef, state.policy_step)
+            state.policy_step += int(upd["train/optimizer_steps"])
+            state.policy_version = state_version(model)
+            acting.sync_weights(model.state_dict(), state.policy_version, state.policy_step)
+            metrics.update(upd)
+        else:
+            metrics["train/optimizer_steps"] = 0.0
+        if controller.enabled and "train/entropy" in metrics:
+            controller.step(metrics["train/entropy"])
+        metrics["train/entropy_coef"] = controller.coef
+        metrics["train/policy_step"] = float(state.policy_step)
+        metrics["time/train_s"] = time.perf_counter() - t1
+        stable = {k: v for k, v in metrics.items() if not k.startswith(UNSTABLE)}
+        state.curves.append({"step": step, **stable})
+        found = pathology.detect(state.curves, params.pathology)
+        for f in found:
+            metrics[f"flag/{f.name}"] = float(f.raised)
+        state.step, state.entropy_coef = step, controller.coef
+        state.curriculum = curriculum.state()
+        if step % params.checkpoint_every == 0 or step == params.steps:
+            save_checkpoint(run_dir, model, backend, policy, base_dir, params, state, found)
+        metrics["time/step_s"] = time.perf_counter() - t0
+        metrics["memory/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        step_seconds.append(metrics["time/step_s"])
+        log(step, metrics)
+    found = pathology.detect(state.curves, params.pathology)
+    model.eval()
+    write_policy(out_dir, model, policy, base_dir,
+                 card(base_dir, params, state, found, curriculum.report()))
+    return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
+                      policy_version=state.policy_version, curves=state.curves,
+                      flags=pathology.flags(found), findings=found, ledger=state.ledger,
+                      curriculum=curriculum.report(), resumed_from=resumed_from,
+                      seconds=time.perf_counter() - started, step_seconds=step_seconds,
+                      model=model)
+
+
+def rollout_params(rollout: RolloutParams, params: GRPOParams, base_dir: Path) -> RolloutParams:
+    """The environment of `rollout` with this loop's engine, model, G, seed and wave size."""
+    return dataclasses.replace(rollout, engine="torch", model_dir=str(base_dir),
+                               policy_version="", split=params.split, max_tasks=0,
+                               group_size=params.group_size, seed=params.seed,
+                               groups_per_wave=params.tasks_per_draw, engine_options={})
+
+
+# ---- dynamic sampling -------------------------------------------------------------------------
+def collect_groups(step: int, state: _State, curriculum: Curriculum, by_id: Mapping[str, Task],
+                   engine, rp: RolloutParams, sandbox_params: SandboxParams, sandbox,
+                   verifier: Verifier, params: GRPOParams, parts_root: Path
+                   ) -> tuple[list[dict], dict[str, float]]:
+    """Draw groups until `groups_per_step` informative ones are kept or `max_draws` draws
+    were made (SPEC §7 dynamic sampling). Every drawn group is returned and entered in the
+    ledger with its status: accepted | identical_rewards | infra_error | surplus."""
+    groups: list[dict] = []
+    timing = {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0}
+    accepted = 0
+    for _ in range(params.max_draws):
+        if accepted >= params.groups_per_step:
+            break
+        draw = state.draws
+        chosen = curriculum.select(params.tasks_per_draw, draw)
+        bands = {t: curriculum.band(t) for t in chosen}
+        p_before = {t: curriculum.stats[t].p_hat for t in chosen}
+        t0 = time.perf_counter()
+        spent: dict = {}
+        rows = roll_out([by_id[t] for t in chosen], rp, sandbox_params, parts_root,
+                        engine=engine, sandbox=sandbox, sampling_round=draw, stats=spent)
+        t1 = time.perf_counter()
+        patches = patch_rows([r for r in rows if needs_verdict(r)])
+        verdicts = verifier([by_id[t] for t in chosen], patches) if patches else []
+        rows = apply_verdicts(rows, verdicts, where=f"grpo step {step} draw {draw}")
+        timing["time/rollout_s"] += t1 - t0
+        timing["time/verify_s"] += time.perf_counter() - t1
+        timing["time/generate_s"] += float(spent.get("generate_seconds", 0.0))
+        state.draws += 1
+        for gid in dict.fromkeys(r["group_id"] for r in rows):
+            members = [r for r in rows if r["group_id"] == gid]
+            task_id = members[0]["task_id"]
+            curriculum.update(task_id, [r["reward_outcome"] for r in members])
+            rewards = final_rewards(members, params)
+            if rewards is None:
+                status = "infra_error"
+            elif max(rewards) == min(rewards):
+                status = "identical_rewards"
+            elif accepted < params.groups_per_step:
+                status, accepted = "accepted", accepted + 1
+            else:
+                status = "surplus"
+            group = {"step": step, "draw": draw, "group_id": gid, "task_id": task_id,
+                     "band": bands[task_id], "p_hat_before": p_before[task_id],
+                     "policy_step": int(members[0]["policy_step"]), "status": status,
+                     "rewards": rewards, "rows": members}
+            groups.append(group)
+            state.ledger.append({k: v for k, v in group.items() if k != "rows"}
+                                | {"trajectory_ids": [r["trajectory_id"] for r in members]})
+    return groups, timing
+
+
+def final_rewards(rows: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[float] | None:
+    """R_final of each rollout of a group: SPEC §5 reward (from the verdict) with the overlong
+    penalty; None if any rollout has no reward (an infra error: the group is not trained)."""
+    if any(r["reward"] is None for r in rows):
+        return None
+    rewards = torch.tensor([float(r["reward"]) for r in rows], dtype=torch.float64)
+    lengths = torch.tensor([int(r["n_trainable_tokens"]) for r in rows])
+    return [float(x) for x in params.overlong.apply(rewards, lengths)]
+
+
+# ---- the SPEC §7 update -----------------------------------------------------------------------
+@dataclass
+class _Seq:
+    ids: torch.Tensor        # [L] long
+    mask: torch.Tensor       # [L] bool, policy tokens
+    behaviour: torch.Tensor  # [L] fp32, recorded sampler logprobs (index t = token t)
+    turns: torch.Tensor      # [L] long, turn ids (-1 on the prompt)
+    advantage: float
+    n_turns: int
+
+
+def _sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[_Seq]:
+    rewards = torch.tensor([g["rewards"] for g in groups], dtype=torch.float64)  # [N, G]
+    adv = compute_advantages(rewards, params.loss.advantage)                     # [N, G]
+    out = []
+    for gi, g in enumerate(groups):
+        for si, r in enumerate(g["rows"]):
+            if r["logprobs_kind"] != "behaviour":
+                raise ConfigError(f"grpo: rollout {r['trajectory_id']} has no behaviour "
+                                  "logprobs (a text teacher's tokens are never trained by RL)")
+            out.append(_Seq(torch.tensor(r["token_ids"], dtype=torch.long),
+                            torch.tensor(r["loss_mask"], dtype=torch.bool),
+                            torch.tensor(r["logprobs"], dtype=torch.float32),
+                            torch.tensor(r["turn_ids"], dtype=torch.long),
+                            float(adv[gi, si]), int(r["n_turns"])))
+    return out
+
+
+def _collate(seqs: Sequence[_Seq], idx: Sequence[int], device) -> dict[str, torch.Tensor]:
+    """Right-padded next-token tensors of `idx`: ids [b, L]; mask, behaviour, turns
+    [b, L-1] (position j = token j+1); adv [b]."""
+    L = max(len(seqs[i].ids) for i in idx)
+    b = len(idx)
+    ids = torch.zeros(b, L, dtype=torch.long)
+    mask = torch.zeros(b, L, dtype=torch.bool)
+    beh = torch.zeros(b, L, dtype=torch.float32)
+    turns = torch.zeros(b, L, dtype=torch.long)
+    for row, i in enumerate(idx):
+        s, n = seqs[i], len(seqs[i].ids)
+        ids[row, :n], mask[row, :n], beh[row, :n], turns[row, :n] = s.ids, s.mask, s.behaviour, s.turns
+    return {"ids": ids.to(device), "mask": mask[:, 1:].to(device),
+            "behaviour": beh[:, 1:].to(device), "turns": turns[:, 1:].clamp(min=0).to(device),
+            "adv": torch.tensor([seqs[i].advantage for i in idx], dtype=torch.float32,
+                                device=device)}
+
+
+def split_groups(n_groups: int, parts: int) -> list[list[int]]:
+    """Group indices cut into `parts` contiguous, near-equal mini-batches (whole groups)."""
+    parts = min(parts, n_groups)
+    bounds = [round(i * n_groups / parts) for i in range(parts + 1)]
+    return [list(range(bounds[i], bounds[i + 1])) for i in range(parts)]
+
+
+def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOParams,
+                  scoring: SamplingParams, reference, entropy_coef: float,
+                  policy_step: int) -> dict[str, float]:
+    """`epochs` x `mini_batches` optimizer steps of the SPEC §7 loss on the accepted groups.
+
+    Normalisers are the mini-batch's and fixed before its first micro-batch: `constant`
+    uses C = loss.loss_denominator or G·L (sequences × max policy tokens of the
+    mini-batch), `token_mean` the mini-batch's policy tokens; `seq_mean` / `turn_mean`
+    micro-batch means are weighted by their share of sequences / turns. So the update does
+    not depend on `micro_batch_tokens`."""
+    cfg, G = params.loss, params.group_size
+    seqs = _sequences(groups, params)
+    lengths = [len(s.ids) for s in seqs]
+    device = params.device
+    minis = [[gi * G + k for gi in part for k in range(G)]
+             for part in split_groups(len(groups), params.mini_batches)]
+    layout = [micro_batches(lengths, mb, params.micro_batch_tokens) for mb in minis]
+
+    def score(m, batch, grad: bool, entropy: bool = False):
+        with torch.set_grad_enabled(grad):
+            return sequence_logprobs(m, batch["ids"], None, scoring, only=batch["mask"],
+                                     with_entropy=entropy,
+                                     chunk_tokens=params.head_chunk_tokens)
+
+    old, ref = {}, {}
+    for micros in layout:  # π_old: this forward, this layout → ρ ≡ 1 on the first pass
+        for micro in micros:
+            batch = _collate(seqs, micro, device)
+            old[tuple(micro)] = score(model, batch, False).logprobs.detach()
+            if reference is not None:
+                ref[tuple(micro)] = score(reference, batch, False).logprobs.detach()
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    first_dev, steps, losses, norms = None, 0, [], []
+    denominators = []
+    for epoch in range(params.epochs):
+        for mb, micros in zip(minis, layout):
+            n_seq = len(mb)
+            n_tok = int(sum(int(seqs[i].mask[1:].sum()) for i in mb))
+            n_turns = sum(seqs[i].n_turns for i in mb)
+            max_resp = max(int(seqs[i].mask[1:].sum()) for i in mb)
+            denom = cfg.denominator(n_seq, max_resp)
+            if denom is not None:
+                denominators.append(denom)
+            loss_step = 0.0
+            for k, micro in enumerate(micros):
+                batch = _collate(seqs, micro, device)
+                sc = score(model, batch, True, entropy=True)
+                out = grpo_loss(sc.logprobs, old[tuple(micro)], batch["adv"], batch["mask"], cfg,
+                                ref_logprobs=ref.get(tuple(micro)),
+                                behaviour_logprobs=batch["behaviour"], entropy=sc.entropy,
+                                entropy_coef=entropy_coef, turn_ids=batch["turns"],
+                                denominator=denom, num_tokens=n_tok)
+                share = 1.0
+                if cfg.loss_aggregation == "seq_mean":
+                    share = len(micro) / n_seq
+                elif cfg.loss_aggregation == "turn_mean":
+                    share = sum(seqs[i].n_turns for i in micro) / max(1, n_turns)
+                loss = out.loss * share
+                backend.backward(loss, last=k == len(micros) - 1)
+                loss_step += float(loss.detach())
+                w = out.metrics.get("policy_tokens", 0.0)
+                for key, v in out.metrics.items():
+                    if key in ("policy_tokens", "loss_denominator"):
+                        continue
+                    if key in ("ratio_min", "ratio_max"):
+                        pick = min if key == "ratio_min" else max
+                        sums[key] = pick(sums.get(key, v), v)
+                        continue
+                    sums[key] = sums.get(key, 0.0) + v * w
+                    weights[key] = weights.get(key, 0.0) + w
+                if epoch == 0 and steps == 0 and "ratio_min" in out.metrics:
+                    dev = max(abs(out.metrics["ratio_max"] - 1), abs(out.metrics["ratio_min"] - 1))
+                    first_dev = dev if first_dev is None else max(first_dev, dev)
+            lr = lr_at(policy_step + steps, params)
+            norms.append(backend.step(lr))
+            losses.append(loss_step)
+            steps += 1
+    out_metrics = {f"train/{k}": (v / weights[k] if k in weights and weights[k] else v)
+                   for k, v in sums.items() if k != "entropy"}
+    out_metrics.update({
+        "train/loss_mean": statistics.fmean(losses),
+        "train/grad_norm": statistics.fmean(norms),
+        "train/lr": lr_at(policy_step + steps - 1, params),
+        "train/optimizer_steps": float(steps),
+        "train/batch_sequences": float(len(seqs)),
+        "train/batch_policy_tokens": float(sum(int(s.mask[1:].sum()) for s in seqs)),
+        "train/first_pass_ratio_dev": float(first_dev) if first_dev is not None else 0.0,
+    })
+    if denominators:
+        out_metrics["train/loss_denominator"] = float(denominators[-1])
+    return out_metrics
+
+
+def lr_at(optimizer_step: int, params: GRPOParams) -> float:
+    """Linear warmup over `warmup_steps` optimizer steps, then constant."""
+    if optimizer_step < params.warmup_steps:
+        return params.learning_rate * (optimizer_step + 1) / (params.warmup_steps + 1)
+    return params.learning_rate
+
+
+def behaviour_metrics(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
+                      params: GRPOParams) -> dict[str, float]:
+    """Entropy of the processed next-token distribution on every drawn rollout's policy
+    tokens (the behaviour policy: synchronous, so the trainer's weights before the update)
+    and the sampler/trainer logprob mismatch over the same tokens (logged, never assumed
+    zero). No gradient."""
+    rows = [r for r in rows if r["logprobs_kind"] == "behaviour" and sum(r["loss_mask"]) > 0]
+    if not rows:
+        return {}
+    seqs = [_Seq(torch.tensor(r["token_ids"]), torch.tensor(r["loss_mask"], dtype=torch.bool),
+                 torch.tensor(r["logprobs"], dtype=torch.float32),
+                 torch.tensor(r["turn_ids"]), 0.0, int(r["n_turns"])) for r in rows]
+    ent_sum = tok = 0.0
+    trainer, behaviour = [], []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for micro in micro_batches([len(s.ids) for s in seqs], range(len(seqs)),
+                                       params.micro_batch_tokens):
+                b = _collate(seqs, micro, params.device)
+                sc = sequence_logprobs(model, b["ids"], None, scoring, only=b["mask"],
+                                       with_entropy=True, chunk_tokens=params.head_chunk_tokens)
+                ent_sum += float(sc.entropy[b["mask"]].sum())
+                tok += float(b["mask"].sum())
+                trainer.append(sc.logprobs[b["mask"]])
+                behaviour.append(b["behaviour"][b["mask"]])
+    finally:
+        model.train(was_training)
+    t, beh = torch.cat(trainer)[None], torch.cat(behaviour)[None]
+    mm = logprob_mismatch(t, beh, torch.ones_like(t, dtype=torch.bool))
+    return {"train/entropy": ent_sum / tok if tok else 0.0,
+            **{f"train/mismatch/{k}": v for k, v in mm.items()}}
+
+
+# ---- the dashboard ------------------------------------------------------------------------
+def rollout_metrics(groups: Sequence[Mapping[str, Any]], policy_step: int,
+                    curriculum: Curriculum) -> dict[str, float]:
+    """Per-step SPEC §7 dashboard numbers of everything drawn this step (kept or not)."""
+    rows = [r for g in groups for r in g["rows"]]
+    n = len(rows)
+    graded = [r for r in rows if r["reward_outcome"] is not None]
+    lengths = sorted(int(r["n_trainable_tokens"]) for r in rows)
+    statuses = [g["status"] for g in groups]
+    informative = sum(s in ("accepted", "surplus") for s in statuses)
+    accepted = statuses.count("accepted")
+    final = [x for g in groups if g["rewards"] is not None for x in g["rewards"]]
+    m: dict[str, float] = {
+        "train/groups_drawn": float(len(groups)),
+        "train/groups_accepted": float(accepted),
+        "train/groups_dropped": float(len(groups) - accepted),
+        "train/informative_fraction": informative / len(groups) if groups else 0.0,
+        "train/reward": statistics.fmean(final) if final else 0.0,
+        "train/pass_at_1": (sum(r["reward_outcome"] >= 1 for r in graded) / len(graded)
+                            if graded else 0.0),
+        "train/parse_error_rate": parse_error_rate(rows) if rows else 0.0,
+        "train/truncated_rate": sum(bool(r["truncated"]) for r in rows) / n if n else 0.0,
+        "train/infra_error_rate": (sum(bool(r["infra_error"]) or r["verdict_reason"] ==
+                                       "infra_error" for r in rows) / n if n else 0.0),
+        "train/length_mean": statistics.fmean(lengths) if lengths else 0.0,
+        "train/length_median": float(statistics.median(lengths)) if lengths else 0.0,
+        "train/length_p90": float(lengths[min(n - 1, int(0.9 * n))]) if lengths else 0.0,
+        "train/length_max": float(lengths[-1]) if lengths else 0.0,
+        "train/turns_mean": statistics.fmean(r["n_turns"] for r in rows) if rows else 0.0,
+    }
+    for key in ("reward_outcome", "reward_format", "reward_length"):
+        vals = [float(r[key]) for r in rows if r[key] is not None]
+        m[f"train/{key}"] = statistics.fmean(vals) if vals else 0.0
+    for reason in schemas.STOP_REASONS:
+        m[f"train/stop/{reason}"] = (sum(r["stop_reason"] == reason for r in rows) / n
+                                     if n else 0.0)
+    for reason in ("timeout", "resource_limit"):
+        m[f"train/verdict_{reason}_rate"] = (sum(r["verdict_reason"] == reason for r in rows)
+                                             / n if n else 0.0)
+    by_group = [g for g in groups if any(r["reward_outcome"] is not None for r in g["rows"])]
+    m["train/pass_at_k"] = (sum(any((r["reward_outcome"] or 0) >= 1 for r in g["rows"])
+                                for g in by_group) / len(by_group) if by_group else 0.0)
+    m["train/group_distinct_fraction"] = (statistics.fmean(
+        len({tuple(r["token_ids"]) for r in g["rows"]}) / len(g["rows"]) for g in groups)
+        if groups else 0.0)
+    ages = [policy_step - int(r["policy_step"]) for r in rows]
+    m["train/rollout_age_mean"] = statistics.fmean(ages) if ages else 0.0
+    m["train/rollout_age_max"] = float(max(ages)) if ages else 0.0
+    gen = sum(int(r["n_trainable_tokens"]) for r in rows)
+    if accepted:
+        m["train/tokens_per_effective_prompt"] = gen / accepted
+    drawn = [g["task_id"] for g in groups]
+    pim = curriculum.p_info_mean()
+    pim_drawn = curriculum.p_info_mean(drawn)
+    if pim is not None:
+        m["train/p_info_mean"] = pim
+    if pim_drawn:
+        m["train/p_info_drawn"] = pim_drawn
+        m["train/expected_draws"] = 1.0 / pim_drawn
+    for band in BANDS:
+        m[f"curriculum/drawn_{band}"] = float(sum(g["band"] == band for g in groups))
+    for status in ("accepted", "identical_rewards", "infra_error", "surplus"):
+        m[f"groups/{status}"] = float(statuses.count(status))
+    return m
+
+
+# ---- checkpoints and output ---------------------------------------------------------------
+def run_key(base_dir: Path, tasks: Sequence[Task], params: GRPOParams, rollout: RolloutParams,
+            sandbox_params: SandboxParams) -> str:
+    """What a resumable run depends on: params (less `steps` and the checkpoint cadence,
+    so a longer run continues a shorter one), environment, sandbox, base weights, tasks."""
+    p = {k: v for k, v in as_dict(params).items()
+         if k not in ("steps", "checkpoint_every", "keep_checkpoints")}
+    h = hashlib.sha256(json.dumps({"grpo": p, "rollout": as_dict(rollout),
+                                   "sandbox": as_dict(sandbox_params),
+                                   "base": weights_fingerprint(base_dir)},
+                                  sort_keys=True, default=str).encode())
+    for t in sorted(tasks, key=lambda t: t.task_id):
+        h.update(f"{t.task_id}\0{t.hashes()['content_hash']}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def state_version(model) -> str:
+    """The policy version of in-memory weights: sha256 over names, shapes, dtypes, bytes."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{tuple(t.shape)}\0{t.dtype}\0".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return f"sha256-state:{h.hexdigest()[:32]}"
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    root = run_dir / "checkpoints"
+    return sorted(p for p in root.glob("step-*") if (p / STATE).is_file()) if root.is_dir() else []
+
+
+def _load_state(run_dir: Path) -> tuple[_State, Path | None]:
+    ckpts = _checkpoints(run_dir)
+    if not ckpts:
+        return _State(), None
+    data = json.loads((ckpts[-1] / STATE).read_text())
+    return _State(**data), ckpts[-1]
+
+
+def save_checkpoint(run_dir: Path, model, backend, policy, base_dir: Path, params: GRPOParams,
+                    state: _State, found) -> Path:
+    """An HF directory with the update passport and policy_step, plus the optimizer and loop
+    state, written to a temp dir and renamed into place; older ones beyond
+    `keep_checkpoints` are removed."""
+    dest = run_dir / "checkpoints" / f"step-{state.step:06d}"
+    extra = {OPTIMIZER: backend.opt.state_dict(),
+             STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
+    write_policy(dest, model, policy, base_dir, card(base_dir, params, state, found, None),
+                 extra=extra)
+    for old in _checkpoints(run_dir)[:-params.keep_checkpoints]:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def card(base_dir: Path, params: GRPOParams, state: _State, found, curriculum_report
+         ) -> dict[str, Any]:
+    """`training.json`: what the gate reads (`curves`, `flags`) and the update passport."""
+    statuses: dict[str, int] = {}
+    for g in state.ledger:
+        statuses[g["status"]] = statuses.get(g["status"], 0) + 1
+    denominator = next((c["train/loss_denominator"] for c in reversed(state.curves)
+                        if "train/loss_denominator" in c), None)
+    return {
+        "trainer": "rlvr.train.grpo",
+        "base_model": str(base_dir),
+        "base_model_hash": weights_fingerprint(base_dir),
+        "policy_step": state.policy_step,
+        "policy_version_in_memory": state.policy_version,
+        "steps": state.step,
+        "passport": params.passport(denominator),
+        "params": as_dict(params),
+        "curves": [_clean(c) for c in state.curves],
+        "flags": pathology.flags(found),
+        "findings": [dataclasses.asdict(f) for f in found],
+        "groups": {"drawn": len(state.ledger), "by_status": dict(sorted(statuses.items())),
+                   "draws": state.draws},
+        **({"curriculum": curriculum_report} if curriculum_report is not None else {}),
+        "ledger": state.ledger,
+    }
+
+
+def _clean(rec: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else
+                (round(v, 8) if isinstance(v, float) else v)) for k, v in rec.items()}
+
+
+def write_policy(out_dir: Path | str, model, policy, base_dir: Path, card_: dict[str, Any], *,
+                 extra: Mapping[str, Any] | None = None) -> None:
+    """Weights + tokenizer + `training.json` + README (and `extra` files: a tensor state
+    goes through torch.save, a string is written as text) to a temp dir, renamed into
+    place."""
+    from rlvr.engines.local_policy import replace_dir
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        was = model.training
+        model.eval()
+        model.save_pretrained(tmp)
+        model.train(was)
+        for name in TOKENIZER_COPY:
+            if (Path(base_dir) / name).is_file():
+                shutil.copy2(Path(base_dir) / name, tmp / name)
+        (tmp / "training.json").write_text(json.dumps(card_, indent=1, sort_keys=True) + "\n")
+        (tmp / "README.md").write_text(readme(card_))
+        for name, value in (extra or {}).items():
+            if isinstance(value, str):
+                (tmp / name).write_text(value)
+            else:
+                torch.save(value, tmp / name)
+        replace_dir(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def readme(c: Mapping[str, Any]) -> str:
+    p = c["passport"]
+    raised = [k for k, v in c["flags"].items() if v]
+    return (
+        "# GRPO policy\n\n"
+        f"Online GRPO (synchronous, SPEC §7) of `{c['base_model']}` (`{c['base_model_hash']}`): "
+        f"{c['steps']} loop steps, {c['policy_step']} optimizer steps (`policy_step`).\n\n"
+        f"- groups drawn: {c['groups']['drawn']} ({c['groups']['by_status']})\n"
+        f"- advantage: {p['advantage_method']} (scaling {p['reward_scaling']}); ratio "
+        f"{p['ratio_level']}, clip [{p['clip_low']}, {p['clip_high']}]; aggregation "
+        f"{p['loss_aggregation']} (denominator {p['loss_denominator_used']}); KL "
+        f"{p['kl_estimator']} x {p['kl_coef']}; epochs {p['epochs_per_batch']}; staleness "
+        f"bound {p['staleness_bound']}\n"
+        f"- pathology flags raised: {', '.join(raised) if raised else 'none'}\n\n"
+        "Update passport, per-step curves (`curves`), flags and the group ledger: "
+        "`training.json`. Load with `AutoModelForCausalLM.from_pretrained`.\n")
