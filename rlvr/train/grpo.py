@@ -280,7 +280,11 @@ class _Seq:
     behaviour: torch.Tensor  # [L] fp32, recorded sampler logprobs (index t = token t)
     turns: torch.Tensor      # [L] long, turn ids (-1 on the prompt)
     advantage: float
-    n_turns: int
+    n_turns: int             # turns with >= 1 predicted policy token (turn_mean's T_i)
+
+    @property
+    def n_policy(self) -> int:
+        return int(self.mask[1:].sum())  # token 0 is never predicted
 
 
 def _sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[_Seq]:
@@ -292,11 +296,11 @@ def _sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[
             if r["logprobs_kind"] != "behaviour":
                 raise ConfigError(f"grpo: rollout {r['trajectory_id']} has no behaviour "
                                   "logprobs (a text teacher's tokens are never trained by RL)")
-            out.append(_Seq(torch.tensor(r["token_ids"], dtype=torch.long),
-                            torch.tensor(r["loss_mask"], dtype=torch.bool),
-                            torch.tensor(r["logprobs"], dtype=torch.float32),
-                            torch.tensor(r["turn_ids"], dtype=torch.long),
-                            float(adv[gi, si]), int(r["n_turns"])))
+            mask = torch.tensor(r["loss_mask"], dtype=torch.bool)
+            turns = torch.tensor(r["turn_ids"], dtype=torch.long)
+            out.append(_Seq(torch.tensor(r["token_ids"], dtype=torch.long), mask,
+                            torch.tensor(r["logprobs"], dtype=torch.float32), turns,
+                            float(adv[gi, si]), len(set(turns[1:][mask[1:]].tolist()))))
     return out
 
 
@@ -362,10 +366,10 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     denominators = []
     for epoch in range(params.epochs):
         for mb, micros in zip(minis, layout):
-            n_seq = len(mb)
-            n_tok = int(sum(int(seqs[i].mask[1:].sum()) for i in mb))
+            n_seq = sum(seqs[i].n_policy > 0 for i in mb)
+            n_tok = sum(seqs[i].n_policy for i in mb)
             n_turns = sum(seqs[i].n_turns for i in mb)
-            max_resp = max(int(seqs[i].mask[1:].sum()) for i in mb)
+            max_resp = max(seqs[i].n_policy for i in mb)
             denom = cfg.denominator(n_seq, max_resp)
             if denom is not None:
                 denominators.append(denom)
@@ -380,7 +384,7 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                                 denominator=denom, num_tokens=n_tok)
                 share = 1.0
                 if cfg.loss_aggregation == "seq_mean":
-                    share = len(micro) / n_seq
+                    share = sum(seqs[i].n_policy > 0 for i in micro) / max(1, n_seq)
                 elif cfg.loss_aggregation == "turn_mean":
                     share = sum(seqs[i].n_turns for i in micro) / max(1, n_turns)
                 loss = out.loss * share
@@ -411,7 +415,7 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
         "train/lr": lr_at(policy_step + steps - 1, params),
         "train/optimizer_steps": float(steps),
         "train/batch_sequences": float(len(seqs)),
-        "train/batch_policy_tokens": float(sum(int(s.mask[1:].sum()) for s in seqs)),
+        "train/batch_policy_tokens": float(sum(s.n_policy for s in seqs)),
         "train/first_pass_ratio_dev": float(first_dev) if first_dev is not None else 0.0,
     })
     if denominators:

@@ -1,0 +1,391 @@
+"""The online GRPO loop (SPEC §7) on agentkit's tiny tasks and tiny real policy: real
+rollouts in the bwrap policy sandbox, the update through rlvr/rl, checkpoints and resume,
+and one step through the real enclave."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+
+import pytest
+import torch
+
+from agentkit import count_task, take_task, tiny_policy_dir
+from rlvr.agent.episode import Budgets
+from rlvr.agent.rollout import RolloutParams
+from rlvr.agent.tools import format_tool_call
+from rlvr.agent.transcript import ChatCodec
+from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.model_dir import load_policy
+from rlvr.errors import ConfigError
+from rlvr.sandbox.params import SandboxParams
+from rlvr.train import grpo
+from rlvr.train.grpo_config import GRPOParams, parse_grpo_params
+from rlvr.train.sft import _backend
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SANDBOX = SandboxParams(backend="bwrap", workers=1)
+FIX = format_tool_call("edit", {"path": "mini/core.py", "old": "if v <= limit:",
+                                "new": "if v < limit:"}, "Flip the comparison.")
+SUBMIT = format_tool_call("submit", {}, "Done.")
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch):
+    monkeypatch.setenv("RLVR_PROGRESS", "0")
+
+
+def _rollout(**budgets) -> RolloutParams:
+    b = {"max_turns": 3, "max_new_tokens_per_turn": 24, "max_new_tokens_per_episode": 60,
+         **budgets}
+    return RolloutParams(workers=1, budgets=Budgets(**b))
+
+
+def _params(**kw) -> GRPOParams:
+    base = {"steps": 1, "group_size": 2, "groups_per_step": 2, "tasks_per_draw": 2,
+            "max_draws": 2, "consensus_runs": 1, "learning_rate": 1e-2}
+    return parse_grpo_params({**base, **kw})
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+class NeverCalled:
+    """A verifier for runs in which nothing may reach it."""
+
+    def __call__(self, tasks, patches):
+        raise AssertionError(f"verifier called with {len(patches)} patches")
+
+
+def fake_verifier(tasks, patches):
+    """A deterministic stand-in for the enclave (the real one is in the last test): a diff
+    passes iff it makes count_below's comparison strict."""
+    return [{"task_id": p["task_id"], "candidate_id": p["candidate_id"], "origin": p["origin"],
+             "success": "+        if v < limit:" in p["patch"],
+             "reason": "none" if "+        if v < limit:" in p["patch"] else "tests_failed",
+             "runs": 1, "verifier_version": "test-fake", "safety_flags": [], "seed": 0}
+            for p in patches]
+
+
+class ForcedFix:
+    """The trained torch engine, except that at turn 0 the prompts at even batch positions
+    (= even sample indices of each group: the collector batches a wave's episodes in group,
+    then sample order) get the correct edit, and an episode that made it then submits.
+    Forced tokens carry the engine's own logprobs (`score`), so the trainer sees genuine
+    behaviour logprobs. `kill_at_start`: raise when that many groups were started (a
+    killed run); `starts` counts the turn-0 calls (one per group) this wrapper served."""
+
+    def __init__(self, inner, codec: ChatCodec, kill_at_start: int | None = None):
+        self.inner, self.codec, self.kill_at_start = inner, codec, kill_at_start
+        self.calls = self.starts = 0
+        self.fix, self.submit = (codec.encode_action(FIX) + [codec.im_end],
+                                 codec.encode_action(SUBMIT) + [codec.im_end])
+        self.name = "forced-fix"
+
+    @property
+    def policy_version(self):
+        return self.inner.policy_version
+
+    @property
+    def policy_step(self):
+        return self.inner.policy_step
+
+    def _has_fix(self, prompt) -> bool:
+        n, f = len(prompt), self.fix[:-1]
+        return any(list(prompt[i:i + len(f)]) == f for i in range(n - len(f) + 1))
+
+    def generate(self, prompts, params: SamplingParams, *, seed, sample_seeds=None):
+        self.calls += 1
+        if all(sum(1 for t in p if t == self.codec.im_start) <= 3 for p in prompts):
+            if self.kill_at_start is not None and self.starts == self.kill_at_start:
+                raise KeyboardInterrupt("killed")
+            self.starts += 1
+        forced = {}
+        for i, p in enumerate(prompts):
+            first = sum(1 for t in p if t == self.codec.im_start) <= 3
+            if first and i % 2 == 0:
+                forced[i] = self.fix
+            elif not first and self._has_fix(p):
+                forced[i] = self.submit
+        rest = [i for i in range(len(prompts)) if i not in forced]
+        real = self.inner.generate([prompts[i] for i in rest], params, seed=seed,
+                                   sample_seeds=[sample_seeds[i] for i in rest]
+                                   if sample_seeds is not None else None) if rest else []
+        out: list = [None] * len(prompts)
+        for i, s in zip(rest, real):
+            out[i] = s
+        for i, ids in forced.items():
+            out[i] = Sample(list(ids), self.inner.score(prompts[i], ids, params), "stop")
+        return out
+
+    def score(self, prompt, completion, params):
+        return self.inner.score(prompt, completion, params)
+
+    def sync_weights(self, source, policy_version, policy_step):
+        self.inner.sync_weights(source, policy_version, policy_step)
+
+    def close(self):
+        self.inner.close()
+
+
+def _forced(codec, **kw):
+    return functools.partial(ForcedFix, codec=codec, **kw)
+
+
+def _run(tmp_path, params, *, tasks=None, verifier=fake_verifier, rollout=None, name="run",
+         wrap=None):
+    return grpo.train_grpo(tiny_policy_dir(), tasks or [count_task()], params,
+                           rollout or _rollout(), SANDBOX, tmp_path / f"{name}-out",
+                           tmp_path / f"{name}-work", verifier=verifier, wrap_engine=wrap)
+
+
+FORCED_BUDGETS = {"max_turns": 3, "max_new_tokens_per_turn": 80,
+                  "max_new_tokens_per_episode": 200}
+
+
+# ---- dynamic sampling -------------------------------------------------------------------------
+def test_identical_reward_groups_give_no_update_and_the_draw_cap_holds(tmp_path, bwrap_sandbox):
+    """The untrained tiny policy never writes a valid call: every rollout ends at the
+    invalid-action limit with reward 0, every group is uninformative. They are all dropped
+    and logged, exactly `max_draws` draws are made, and the weights do not move."""
+    params = _params(steps=2, max_draws=3, tasks_per_draw=2, groups_per_step=2)
+    logged = []
+    before = _weights(load_policy(tiny_policy_dir()).model)
+    result = grpo.train_grpo(tiny_policy_dir(), [count_task(), take_task()], params, _rollout(),
+                             SANDBOX, tmp_path / "out", tmp_path / "work",
+                             verifier=NeverCalled(), log=lambda s, m: logged.append((s, m)))
+    assert [g["status"] for g in result.ledger] == ["identical_rewards"] * 12  # 2 steps x 3 x 2
+    assert [g["draw"] for g in result.ledger] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert all(g["rewards"] == [0.0, 0.0] for g in result.ledger)
+    assert result.policy_step == 0
+    after = _weights(load_policy(tmp_path / "out").model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert [m["groups/identical_rewards"] for _, m in logged] == [6.0, 6.0]
+    assert [m["train/optimizer_steps"] for _, m in logged] == [0.0, 0.0]
+    assert all(m["train/informative_fraction"] == 0.0 for _, m in logged)
+    card = json.loads((tmp_path / "out" / "training.json").read_text())
+    assert card["groups"]["by_status"] == {"identical_rewards": 12}
+    assert card["policy_step"] == 0 and card["passport"]["staleness_bound"] == 0
+
+
+def test_sampling_stops_once_the_target_of_informative_groups_is_met(tmp_path, bwrap_sandbox):
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    params = _params(groups_per_step=1, tasks_per_draw=1, max_draws=4)
+    result = _run(tmp_path, params, rollout=_rollout(**FORCED_BUDGETS), wrap=_forced(codec))
+    assert [g["status"] for g in result.ledger] == ["accepted"]  # one draw was enough
+    assert result.policy_step == 1
+
+
+# ---- the update --------------------------------------------------------------------------------
+def _synthetic_groups(model, n_groups=2, G=2, seed=0):
+    """Groups of random token sequences with a loss mask on two 'turns' and behaviour
+    logprobs that differ from the trainer's (a sampler that is not bit-identical)."""
+    g = torch.Generator().manual_seed(seed)
+    V = model.config.vocab_size
+    groups = []
+    for gi in range(n_groups):
+        rows = []
+        for si in range(G):
+            L = 30 + 7 * si + 3 * gi
+            ids = torch.randint(0, V, (L,), generator=g).tolist()
+            mask = [0] * 8 + [1] * 6 + [0] * 5 + [1] * (L - 19)
+            turns = [-1] * 8 + [0] * 11 + [1] * (L - 19)
+            lps = (-torch.rand(L, generator=g) * 3).tolist()
+            rows.append({"trajectory_id": f"g{gi}#{si}", "token_ids": ids, "loss_mask": mask,
+                         "logprobs": [lp if m else 0.0 for lp, m in zip(lps, mask)],
+                         "turn_ids": turns, "n_turns": 2, "logprobs_kind": "behaviour"})
+        groups.append({"rewards": [1.0 if si == 0 else 0.0 for si in range(G)], "rows": rows})
+    return groups
+
+
+def _update(params, model=None, groups=None, grads=None):
+    """One `update_policy`; `grads` (a list) receives each optimizer step's gradients."""
+    model = model or load_policy(tiny_policy_dir()).model
+    model.train()
+    groups = groups or _synthetic_groups(model)
+    backend = _backend(model, params.optimizer_params())
+    if grads is not None:
+        step = backend.step
+
+        def recording(lr):
+            grads.append({n: q.grad.detach().clone() for n, q in model.named_parameters()
+                          if q.grad is not None})
+            return step(lr)
+
+        backend.step = recording
+    out = grpo.update_policy(model, backend, groups, params, SamplingParams(), None, 0.0, 0)
+    return model, out
+
+
+def test_the_ratio_is_exactly_one_on_the_first_pass(tmp_path):
+    params = _params(epochs=2, learning_rate=5e-2)
+    model, out = _update(params)
+    assert out["train/first_pass_ratio_dev"] == 0.0        # bit for bit, every token
+    assert out["train/optimizer_steps"] == 2.0
+    # the second epoch's ratio moved (the check is not vacuous), and the behaviour
+    # logprobs (not the ratio's denominator) fed the truncated IS weights
+    assert out["train/ratio_max"] > 1.0 or out["train/ratio_min"] < 1.0
+    assert out["train/tis_weight_mean"] != pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("aggregation", ["constant", "token_mean", "seq_mean", "turn_mean"])
+def test_the_update_does_not_depend_on_the_micro_batch_layout(aggregation):
+    def gradient(micro_tokens):
+        params = _params(micro_batch_tokens=micro_tokens, loss={"loss_aggregation": aggregation})
+        grads: list = []
+        _update(params, grads=grads)
+        (g,) = grads
+        return g
+
+    whole, pieces = gradient(100_000), gradient(40)   # one micro-batch vs one per sequence
+    assert set(whole) == set(pieces)
+    for k in whole:
+        torch.testing.assert_close(whole[k], pieces[k], atol=1e-7, rtol=1e-4)
+    assert any(v.abs().max() > 0 for v in whole.values())
+
+
+def test_an_all_equal_group_contributes_exactly_no_gradient():
+    model = load_policy(tiny_policy_dir()).model
+    groups = _synthetic_groups(model)
+    for g in groups:
+        g["rewards"] = [0.5, 0.5]
+    before = _weights(model)
+    params = _params(grad_clip=0.0, weight_decay=0.0)
+    model, out = _update(params, model, groups)
+    assert out["train/grad_norm"] == 0.0
+    assert all(torch.equal(before[k], model.state_dict()[k]) for k in before)
+
+
+# ---- checkpoints and resumption ---------------------------------------------------------------
+def test_a_killed_run_resumes_to_the_same_groups_and_weights(tmp_path, bwrap_sandbox):
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    tasks = [count_task(), take_task()]
+    params = _params(steps=3, groups_per_step=4, tasks_per_draw=2, max_draws=2)
+    rollout = _rollout(**FORCED_BUDGETS)
+    whole = _run(tmp_path, params, tasks=tasks, rollout=rollout, name="whole",
+                 wrap=_forced(codec))
+    assert whole.policy_step >= 2                # informative groups were trained on
+    # a run killed when step 2's second draw starts (2 groups per draw, 2 draws per step:
+    # the 7th group; the first draw of step 2 is on disk as rollout shards)
+    wrappers = []
+
+    def killing(engine):
+        wrappers.append(ForcedFix(engine, codec, kill_at_start=6 if not wrappers else None))
+        return wrappers[-1]
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, params, tasks=tasks, rollout=rollout, name="killed", wrap=killing)
+    ckpts = sorted((tmp_path / "killed-work").glob("*/checkpoints/step-*"))
+    assert [c.name for c in ckpts] == ["step-000001"]
+    resumed = _run(tmp_path, params, tasks=tasks, rollout=rollout, name="killed", wrap=killing)
+    assert resumed.resumed_from == 1
+    key = lambda g: (g["step"], g["draw"], g["group_id"], g["status"], g["rewards"],  # noqa: E731
+                     tuple(g["trajectory_ids"]))
+    assert [key(g) for g in resumed.ledger] == [key(g) for g in whole.ledger]
+    assert len({g["group_id"] for g in resumed.ledger}) == len(resumed.ledger)  # no duplicate
+    assert resumed.policy_step == whole.policy_step
+    assert resumed.policy_version == whole.policy_version
+    a, b = whole.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed.curves == whole.curves
+    # the resumed run generated step 2's second draw and step 3's two (2 groups each);
+    # step 2's first draw came back from its rollout shards, not from the engine
+    assert wrappers[1].starts == 2 + 4
+    # the checkpoint is an HF directory with the passport and policy_step
+    card = json.loads((ckpts[0].parent / "step-000003" / "training.json").read_text())
+    assert card["policy_step"] == whole.policy_step
+    assert card["passport"]["advantage_method"] == "grpo"
+    assert (ckpts[0].parent / "step-000003" / "model.safetensors").is_file()
+
+
+def test_the_model_card_is_what_the_gate_reads(tmp_path, bwrap_sandbox):
+    from rlvr.gate.inputs import read_training_metrics
+
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    result = _run(tmp_path, _params(steps=2), rollout=_rollout(**FORCED_BUDGETS),
+                  wrap=_forced(codec))
+    tm = read_training_metrics(tmp_path / "run-out")
+    assert [s for s, _ in tm.series("train/reward")] == [1, 2]
+    for key in ("train/entropy", "train/length_mean", "train/loss_mean"):
+        assert len(tm.series(key)) == 2, key
+    assert tm.flags == result.flags and set(tm.flags) == set(grpo.pathology.FLAGS)
+    assert not any(k.startswith(("time/", "memory/")) for c in tm.curves for k in c)
+
+
+# ---- params ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, key", [
+    ({"groups_per_step": 0}, "grpo.groups_per_step"),
+    ({"mini_batches": 3, "groups_per_step": 2}, "grpo.mini_batches"),
+    ({"split": "heldout"}, "grpo.split"),
+    ({"loss": {"eps_low": 0.3, "eps_high": 0.2}}, "grpo.loss.eps_high"),
+    ({"loss": {"loss_aggregation": "mean"}}, "grpo.loss.loss_aggregation"),
+    ({"curriculum": {"hard_share": 0.0}}, "grpo.curriculum.hard_share"),
+    ({"overlong": {"mode": "threshold", "gamma": 0.01, "t_budget": 10, "t_max": 20}},
+     "grpo.overlong.gamma"),
+    ({"zero_stage": 1}, "grpo.zero_stage"),
+    ({"learning_rat": 1.0}, "grpo.learning_rat"),
+])
+def test_grpo_params_name_the_bad_key(value, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_grpo_params(value)
+
+
+def test_the_repo_params_file_parses():
+    from rlvr.train.grpo_config import load_grpo_params
+
+    p = load_grpo_params("params.yaml")
+    assert p.passport()["loss_aggregation"] == p.loss.loss_aggregation
+
+
+# ---- the real enclave ------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _curated_count():
+    from rlvr.enclave.core import Enclave
+    from rlvr.tasks.curation import CurationParams, curate_one
+    from rlvr.tasks.splits import SplitParams
+
+    params = CurationParams(reference_runs=1, max_mutants=0,
+                            split=SplitParams(heldout_families=["shop"],
+                                              heldout_function_share=0.0))
+    with Enclave(backend="bwrap", workers=1) as enclave:
+        return curate_one(count_task(), enclave, params)
+
+
+def test_a_grpo_step_through_the_real_enclave(tmp_path, bwrap_sandbox):
+    """Sample 0 of the group submits the correct edit, sample 1 is the policy's own
+    attempt: the enclave passes the fix (reward ~1), the group is informative, one update."""
+    from rlvr.enclave.batch import VerifyParams, verify_patches
+    from rlvr.enclave.core import Enclave
+
+    task = _curated_count()
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    params = _params(groups_per_step=1, tasks_per_draw=1, max_draws=1)
+    calls = []
+    before = _weights(load_policy(tiny_policy_dir()).model)
+    with Enclave(backend="bwrap", workers=1, consensus_runs=1) as enclave:
+        def verifier(tasks, patches):
+            calls.append(len(patches))
+            return verify_patches(tasks, patches, VerifyParams(consensus_runs=1), SANDBOX,
+                                  enclave=enclave, where="test")
+
+        logged = []
+        result = grpo.train_grpo(tiny_policy_dir(), [task], params, _rollout(**FORCED_BUDGETS),
+                                 SANDBOX, tmp_path / "out", tmp_path / "work",
+                                 verifier=verifier, wrap_engine=_forced(codec),
+                                 log=lambda s, m: logged.append(m))
+    assert calls == [1]                                     # only the submitted diff crossed
+    (group,) = result.ledger
+    assert group["status"] == "accepted"
+    fixed, other = group["rewards"]
+    assert fixed == pytest.approx(1.0, abs=0.06) and fixed > 0.9   # 1 + λ·fmt − α·len
+    assert other == 0.0
+    assert result.policy_step == 1
+    after = result.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    m = logged[0]
+    assert m["train/pass_at_1"] == 0.5 and m["train/pass_at_k"] == 1.0
+    assert m["train/first_pass_ratio_dev"] == 0.0
+    assert m["train/mismatch/logprob_abs_diff_max"] < 1e-3   # engine vs trainer, measured
