@@ -250,7 +250,8 @@ def test_params_yaml_gate_section_parses():
     from pathlib import Path
 
     p = load_params(Path(__file__).resolve().parent.parent / "params.yaml")
-    assert (p.candidate, p.champion, p.target_tier) == ("sft", "init", "heldout_function")
+    assert (p.candidate, p.champion, p.target_tier) == ("grpo", "sft", "heldout_function")
+    assert (p.candidate_dir, p.champion_dir) == ("models/policy-grpo", "models/policy-sft")
     assert p.other_tiers == ("heldout", "regression")
 
 
