@@ -259,6 +259,18 @@ def test_an_all_equal_group_contributes_exactly_no_gradient():
     assert all(torch.equal(before[k], model.state_dict()[k]) for k in before)
 
 
+
+def test_the_deepspeed_backend_gives_the_torch_update():
+    """The SFT trainer's backends are reused: DeepSpeed (ZeRO 0, world size 1, gloo) steps
+    the same AdamW to the same weights."""
+    weights = {}
+    for backend in ("torch", "deepspeed"):
+        model, out = _update(_params(backend=backend, epochs=2))
+        assert out["train/first_pass_ratio_dev"] == 0.0
+        weights[backend] = _weights(model)
+    for k in weights["torch"]:
+        torch.testing.assert_close(weights["torch"][k], weights["deepspeed"][k])
+
 # ---- checkpoints and resumption ---------------------------------------------------------------
 def test_a_killed_run_resumes_to_the_same_groups_and_weights(tmp_path, bwrap_sandbox):
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
