@@ -327,6 +327,63 @@ def test_the_model_card_is_what_the_gate_reads(tmp_path, bwrap_sandbox):
     assert not any(k.startswith(("time/", "memory/")) for c in tm.curves for k in c)
 
 
+
+# ---- async: bounded queue and staleness admission --------------------------------------------
+def test_admission_by_staleness():
+    p = _params(max_staleness=1, groups_per_step=1)
+    assert grpo.admit([1.0, 0.0], 1, 0, p) == "accepted"
+    assert grpo.admit([1.0, 0.0], 2, 0, p) == "stale"
+    assert grpo.admit([1.0, 0.0], 0, 1, p) == "surplus"
+    assert grpo.admit([0.0, 0.0], 5, 0, p) == "identical_rewards"   # no signal, stale or not
+    assert grpo.admit(None, 0, 0, p) == "infra_error"
+
+
+def test_stale_groups_are_dropped_and_logged_with_their_difficulty():
+    from rlvr.train.curriculum import Curriculum
+
+    params = _params(max_staleness=1, groups_per_step=2, tasks_per_draw=2, max_draws=1)
+    cur = Curriculum(["a", "b"], params.curriculum, 2, 0)
+
+    def row(task, i, reward, step):
+        return {"group_id": f"{task}@s0", "task_id": task, "trajectory_id": f"{task}#{i}",
+                "reward": reward, "reward_outcome": float(reward >= 1), "policy_step": step,
+                "n_trainable_tokens": 10}
+
+    draw = grpo.Draw(0, ["a", "b"], {"a": "hard", "b": "band"}, {"a": 0.0, "b": 0.5},
+                     [row("a", 0, 1.0, 1), row("a", 1, 0.0, 1),    # Δv = 3 - 1 = 2: stale
+                      row("b", 0, 1.0, 2), row("b", 1, 0.0, 2)],   # Δv = 1: admitted
+                     {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
+    state = grpo._State(policy_step=3)
+    groups, _ = grpo.collect_groups(4, state, cur, lambda i: draw, params)
+    assert [(g["task_id"], g["status"], g["staleness"], g["band"]) for g in groups] == [
+        ("a", "stale", 2, "hard"), ("b", "accepted", 1, "band")]
+    assert [g["status"] for g in state.ledger] == ["stale", "accepted"]
+    assert state.draws == 1
+    assert cur.stats["a"].count == 2          # a stale group's outcomes still inform p̂
+
+
+def test_async_mode_trains_from_a_bounded_queue(tmp_path, bwrap_sandbox):
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    # queue of 1 + one draw in flight: a draw starts only once the one two before it was
+    # taken, so (two informative groups per draw, one draw per step) Δv <= 2 = the bound
+    params = _params(steps=4, max_staleness=2, queue_size=1, groups_per_step=2,
+                     tasks_per_draw=2, max_draws=2)
+    logged = []
+    result = grpo.train_grpo(tiny_policy_dir(), [count_task(), take_task()], params,
+                             _rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "out",
+                             tmp_path / "work", verifier=fake_verifier,
+                             wrap_engine=_forced(codec), log=lambda s, m: logged.append(m))
+    draws = [g["draw"] for g in result.ledger]
+    assert draws == sorted(draws) and len(set(g["group_id"] for g in result.ledger)) == len(draws)
+    assert all(g["staleness"] <= 2 for g in result.ledger if g["status"] == "accepted")
+    assert result.policy_step >= 2
+    # new weights reached the producer: later groups were sampled by updated policies
+    assert max(g["policy_step"] for g in result.ledger) >= 1
+    assert all("groups/stale_hard" in m and "train/staleness_accepted_max" in m for m in logged)
+    card = json.loads((tmp_path / "out" / "training.json").read_text())
+    assert card["passport"]["staleness_bound"] == 2
+    assert card["passport"]["mode"].startswith("async")
+
 # ---- params ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("value, key", [
     ({"groups_per_step": 0}, "grpo.groups_per_step"),
@@ -338,6 +395,8 @@ def test_the_model_card_is_what_the_gate_reads(tmp_path, bwrap_sandbox):
     ({"overlong": {"mode": "threshold", "gamma": 0.01, "t_budget": 10, "t_max": 20}},
      "grpo.overlong.gamma"),
     ({"zero_stage": 1}, "grpo.zero_stage"),
+    ({"max_staleness": -1}, "grpo.max_staleness"),
+    ({"queue_size": 0}, "grpo.queue_size"),
     ({"learning_rat": 1.0}, "grpo.learning_rat"),
 ])
 def test_grpo_params_name_the_bad_key(value, key):

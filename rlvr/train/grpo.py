@@ -1,4 +1,4 @@
-"""Online GRPO against the enclave (SPEC §7), synchronous (Δv_max = 0).
+"""Online GRPO against the enclave (SPEC §7): synchronous (Δv_max = 0) or async.
 
 The loop, per step k (`train_grpo`):
 
@@ -12,6 +12,14 @@ The loop, per step k (`train_grpo`):
     for epoch, mini-batch: loss = grpo_loss(§7) ; backward per micro-batch ; optimizer step
     engine.sync_weights(θ_{k+1})                                 the sampler serves new weights
     dashboard + pathology flags → log(step, metrics) ; checkpoint
+
+Async (`max_staleness` > 0): a producer thread makes the draws (select, roll out, verify)
+ahead of the trainer into a bounded queue (`DrawProducer`); the trainer admits a group only
+if Δv = v_trainer − v_rollout <= max_staleness (else `stale`, counted per difficulty band),
+and hands new weights to the producer, which loads them between draws. π_old is then the
+trainer's current weights (ρ ≡ 1 on the first pass still); TIS corrects the lag. The
+interleaving depends on timing, so the resume-equals-uninterrupted guarantee below is the
+synchronous mode's; an async resume restarts at the first draw the trainer had not taken.
 
 Trust boundary: this module is the policy side's trainer and never imports the enclave.
 The caller hands it a `verifier(tasks, patch_rows) -> verdict rows` (the stage binds
@@ -33,15 +41,19 @@ no group is duplicated or lost and the result equals an uninterrupted run.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
+import queue
 import resource
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +85,7 @@ LogFn = Callable[[int, dict[str, float]], None]
 # Metric prefixes that hold clock or memory readings: logged, never in the model card.
 UNSTABLE = ("time/", "memory/")
 STATE = "state.json"
+STATUSES = ("accepted", "identical_rewards", "stale", "infra_error", "surplus")
 OPTIMIZER = "optimizer.pt"
 
 
@@ -150,14 +163,43 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     rp = rollout_params(rollout, params, base_dir)
     scoring = SamplingParams.of(rp.decoding, max_new_tokens=1)
     resumed_from, step_seconds = state.step, []
+    lock = threading.Lock()
+    make = functools.partial(make_draw, curriculum=curriculum, by_id=by_id, engine=acting,
+                             rp=rp, sandbox_params=sandbox_params, sandbox=sandbox,
+                             verifier=verifier, params=params, parts_root=run_dir / "rollouts",
+                             lock=lock)
+    producer = (DrawProducer(make, acting, state.draws, params.queue_size)
+                if params.max_staleness > 0 and state.step < params.steps else None)
+    next_draw = producer.next if producer is not None else make
+    try:
+        state = _loop(state, params, model, backend, policy, base_dir, run_dir, reference,
+                      curriculum, controller, acting, producer, next_draw, scoring, lock,
+                      log, step_seconds)
+    finally:
+        if producer is not None:
+            producer.close()
+    found = pathology.detect(state.curves, params.pathology)
+    model.eval()
+    write_policy(out_dir, model, policy, base_dir,
+                 card(base_dir, params, state, found, curriculum.report()))
+    return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
+                      policy_version=state.policy_version, curves=state.curves,
+                      flags=pathology.flags(found), findings=found, ledger=state.ledger,
+                      curriculum=curriculum.report(), resumed_from=resumed_from,
+                      seconds=time.perf_counter() - started, step_seconds=step_seconds,
+                      model=model)
+
+
+def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, curriculum,
+          controller, acting, producer, next_draw, scoring, lock, log, step_seconds) -> _State:
+    """Steps state.step + 1 .. params.steps of `train_grpo` (module docstring)."""
     model.train()
     for step in range(state.step + 1, params.steps + 1):
         t0 = time.perf_counter()
         torch.manual_seed(params.seed * 1_000_003 + step)
-        groups, timing = collect_groups(step, state, curriculum, by_id, acting, rp,
-                                        sandbox_params, sandbox, verifier, params,
-                                        run_dir / "rollouts")
-        metrics = {**timing, **rollout_metrics(groups, state.policy_step, curriculum)}
+        groups, timing = collect_groups(step, state, curriculum, next_draw, params, lock)
+        with lock:
+            metrics = {**timing, **rollout_metrics(groups, state.policy_step, curriculum)}
         t1 = time.perf_counter()
         metrics.update(behaviour_metrics(model, [r for g in groups for r in g["rows"]],
                                          scoring, params))
@@ -167,7 +209,11 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
                                 controller.coef, state.policy_step)
             state.policy_step += int(upd["train/optimizer_steps"])
             state.policy_version = state_version(model)
-            acting.sync_weights(model.state_dict(), state.policy_version, state.policy_step)
+            if producer is not None:  # loaded by the producer before its next draw
+                producer.publish(model.state_dict(), state.policy_version, state.policy_step)
+            else:
+                acting.sync_weights(model.state_dict(), state.policy_version,
+                                    state.policy_step)
             metrics.update(upd)
         else:
             metrics["train/optimizer_steps"] = 0.0
@@ -182,23 +228,15 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
         for f in found:
             metrics[f"flag/{f.name}"] = float(f.raised)
         state.step, state.entropy_coef = step, controller.coef
-        state.curriculum = curriculum.state()
+        with lock:
+            state.curriculum = curriculum.state()
         if step % params.checkpoint_every == 0 or step == params.steps:
             save_checkpoint(run_dir, model, backend, policy, base_dir, params, state, found)
         metrics["time/step_s"] = time.perf_counter() - t0
         metrics["memory/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         step_seconds.append(metrics["time/step_s"])
         log(step, metrics)
-    found = pathology.detect(state.curves, params.pathology)
-    model.eval()
-    write_policy(out_dir, model, policy, base_dir,
-                 card(base_dir, params, state, found, curriculum.report()))
-    return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
-                      policy_version=state.policy_version, curves=state.curves,
-                      flags=pathology.flags(found), findings=found, ledger=state.ledger,
-                      curriculum=curriculum.report(), resumed_from=resumed_from,
-                      seconds=time.perf_counter() - started, step_seconds=step_seconds,
-                      model=model)
+    return state
 
 
 def rollout_params(rollout: RolloutParams, params: GRPOParams, base_dir: Path) -> RolloutParams:
@@ -210,56 +248,145 @@ def rollout_params(rollout: RolloutParams, params: GRPOParams, base_dir: Path) -
 
 
 # ---- dynamic sampling -------------------------------------------------------------------------
-def collect_groups(step: int, state: _State, curriculum: Curriculum, by_id: Mapping[str, Task],
-                   engine, rp: RolloutParams, sandbox_params: SandboxParams, sandbox,
-                   verifier: Verifier, params: GRPOParams, parts_root: Path
-                   ) -> tuple[list[dict], dict[str, float]]:
+@dataclass
+class Draw:
+    """One draw: the tasks the curriculum chose, their G rollouts each, verified and scored."""
+
+    index: int                        # global draw number = the rollouts' sampling round
+    chosen: list[str]
+    bands: dict[str, str]             # task -> band when it was chosen
+    p_before: dict[str, float | None]  # task -> p̂ when it was chosen
+    rows: list[dict]                  # scored passports, group then sample order
+    timing: dict[str, float]
+
+
+def make_draw(index: int, curriculum: Curriculum, by_id: Mapping[str, Task], engine,
+              rp: RolloutParams, sandbox_params: SandboxParams, sandbox, verifier: Verifier,
+              params: GRPOParams, parts_root: Path, lock: threading.Lock | None = None) -> Draw:
+    """Select `tasks_per_draw` tasks, roll them out (G each, sampling round `index`), hand the
+    submitted diffs to the verifier and apply its verdicts (SPEC §5 reward)."""
+    with lock or contextlib.nullcontext():
+        chosen = curriculum.select(params.tasks_per_draw, index)
+        bands = {t: curriculum.band(t) for t in chosen}
+        p_before = {t: curriculum.stats[t].p_hat for t in chosen}
+    t0 = time.perf_counter()
+    spent: dict = {}
+    rows = roll_out([by_id[t] for t in chosen], rp, sandbox_params, parts_root, engine=engine,
+                    sandbox=sandbox, sampling_round=index, stats=spent)
+    t1 = time.perf_counter()
+    patches = patch_rows([r for r in rows if needs_verdict(r)])
+    verdicts = verifier([by_id[t] for t in chosen], patches) if patches else []
+    rows = apply_verdicts(rows, verdicts, where=f"grpo draw {index}")
+    return Draw(index, chosen, bands, p_before, rows,
+                {"time/rollout_s": t1 - t0, "time/verify_s": time.perf_counter() - t1,
+                 "time/generate_s": float(spent.get("generate_seconds", 0.0))})
+
+
+def admit(rewards: list[float] | None, staleness: int, accepted: int, params: GRPOParams) -> str:
+    """A group's status: `infra_error` (a rollout has no reward), `identical_rewards` (no
+    signal), `stale` (Δv = v_trainer − v_rollout > max_staleness), `accepted` (while the
+    batch needs groups) or `surplus`."""
+    if rewards is None:
+        return "infra_error"
+    if max(rewards) == min(rewards):
+        return "identical_rewards"
+    if staleness > params.max_staleness:
+        return "stale"
+    return "accepted" if accepted < params.groups_per_step else "surplus"
+
+
+def collect_groups(step: int, state: _State, curriculum: Curriculum,
+                   next_draw: Callable[[int], Draw], params: GRPOParams,
+                   lock: threading.Lock | None = None) -> tuple[list[dict], dict[str, float]]:
     """Draw groups until `groups_per_step` informative ones are kept or `max_draws` draws
-    were made (SPEC §7 dynamic sampling). Every drawn group is returned and entered in the
-    ledger with its status: accepted | identical_rewards | infra_error | surplus."""
+    were made (SPEC §7 dynamic sampling). `next_draw(index)`: the draw with that index
+    (made now, or taken from the async producer's queue). Every drawn group is returned and
+    entered in the ledger with its status (`admit`) and staleness."""
     groups: list[dict] = []
     timing = {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0}
     accepted = 0
     for _ in range(params.max_draws):
         if accepted >= params.groups_per_step:
             break
-        draw = state.draws
-        chosen = curriculum.select(params.tasks_per_draw, draw)
-        bands = {t: curriculum.band(t) for t in chosen}
-        p_before = {t: curriculum.stats[t].p_hat for t in chosen}
-        t0 = time.perf_counter()
-        spent: dict = {}
-        rows = roll_out([by_id[t] for t in chosen], rp, sandbox_params, parts_root,
-                        engine=engine, sandbox=sandbox, sampling_round=draw, stats=spent)
-        t1 = time.perf_counter()
-        patches = patch_rows([r for r in rows if needs_verdict(r)])
-        verdicts = verifier([by_id[t] for t in chosen], patches) if patches else []
-        rows = apply_verdicts(rows, verdicts, where=f"grpo step {step} draw {draw}")
-        timing["time/rollout_s"] += t1 - t0
-        timing["time/verify_s"] += time.perf_counter() - t1
-        timing["time/generate_s"] += float(spent.get("generate_seconds", 0.0))
-        state.draws += 1
+        draw = next_draw(state.draws)
+        for k in timing:
+            timing[k] += draw.timing[k]
+        state.draws = draw.index + 1
+        rows = draw.rows
         for gid in dict.fromkeys(r["group_id"] for r in rows):
             members = [r for r in rows if r["group_id"] == gid]
             task_id = members[0]["task_id"]
-            curriculum.update(task_id, [r["reward_outcome"] for r in members])
+            with lock or contextlib.nullcontext():
+                curriculum.update(task_id, [r["reward_outcome"] for r in members])
             rewards = final_rewards(members, params)
-            if rewards is None:
-                status = "infra_error"
-            elif max(rewards) == min(rewards):
-                status = "identical_rewards"
-            elif accepted < params.groups_per_step:
-                status, accepted = "accepted", accepted + 1
-            else:
-                status = "surplus"
-            group = {"step": step, "draw": draw, "group_id": gid, "task_id": task_id,
-                     "band": bands[task_id], "p_hat_before": p_before[task_id],
-                     "policy_step": int(members[0]["policy_step"]), "status": status,
-                     "rewards": rewards, "rows": members}
+            staleness = state.policy_step - min(int(r["policy_step"]) for r in members)
+            status = admit(rewards, staleness, accepted, params)
+            accepted += status == "accepted"
+            group = {"step": step, "draw": draw.index, "group_id": gid, "task_id": task_id,
+                     "band": draw.bands[task_id], "p_hat_before": draw.p_before[task_id],
+                     "policy_step": int(members[0]["policy_step"]), "staleness": staleness,
+                     "status": status, "rewards": rewards, "rows": members}
             groups.append(group)
             state.ledger.append({k: v for k, v in group.items() if k != "rows"}
                                 | {"trajectory_ids": [r["trajectory_id"] for r in members]})
     return groups, timing
+
+
+class DrawProducer:
+    """Async mode (max_staleness > 0): a thread makes draws ahead of the trainer into a
+    bounded queue (`queue_size` draws), so generation overlaps the update. New weights are
+    handed over with `publish` and loaded into the sampler between draws (never during
+    one), so every group comes from one policy version, which its rows record."""
+
+    def __init__(self, make: Callable[[int], Draw], engine, start: int, queue_size: int):
+        self.make, self.engine = make, engine
+        self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.stop = threading.Event()
+        self.pending: tuple | None = None
+        self.pending_lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, args=(start,), name="grpo-producer",
+                                       daemon=True)
+        self.thread.start()
+
+    def publish(self, state: Mapping[str, torch.Tensor], version: str, step: int) -> None:
+        copied = {k: v.detach().clone() for k, v in state.items()}
+        with self.pending_lock:
+            self.pending = (copied, version, step)
+
+    def _run(self, index: int) -> None:
+        try:
+            while not self.stop.is_set():
+                with self.pending_lock:
+                    pending, self.pending = self.pending, None
+                if pending is not None:
+                    self.engine.sync_weights(*pending)
+                item: Any = self.make(index)
+                index += 1
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(item, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as exc:  # handed to the trainer, which re-raises it
+            self.queue.put(exc)
+
+    def next(self, index: int) -> Draw:
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        if item.index != index:
+            raise RuntimeError(f"async producer delivered draw {item.index}, expected {index}")
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        while self.thread.is_alive():
+            try:
+                self.queue.get(timeout=0.2)
+            except queue.Empty:
+                pass
+        self.thread.join()
 
 
 def final_rewards(rows: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[float] | None:
@@ -526,8 +653,13 @@ def rollout_metrics(groups: Sequence[Mapping[str, Any]], policy_step: int,
         m["train/expected_draws"] = 1.0 / pim_drawn
     for band in BANDS:
         m[f"curriculum/drawn_{band}"] = float(sum(g["band"] == band for g in groups))
-    for status in ("accepted", "identical_rewards", "infra_error", "surplus"):
+    for status in STATUSES:
         m[f"groups/{status}"] = float(statuses.count(status))
+    for band in BANDS:  # SPEC §7: staleness drops by difficulty (strict bounds drop hard tasks)
+        m[f"groups/stale_{band}"] = float(sum(g["status"] == "stale" and g["band"] == band
+                                              for g in groups))
+    kept = [g["staleness"] for g in groups if g["status"] == "accepted"]
+    m["train/staleness_accepted_max"] = float(max(kept)) if kept else 0.0
     return m
 
 

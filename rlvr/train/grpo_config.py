@@ -30,7 +30,7 @@ from rlvr.train.pathology import PathologyParams
 @dataclass(frozen=True)
 class GRPOParams:
     """The online GRPO loop: sample tasks -> G rollouts each -> enclave verdicts -> reward
-    -> dynamic sampling -> SPEC §7 loss -> optimizer step -> weight sync."""
+    -> dynamic sampling (+ staleness admission) -> SPEC §7 loss -> optimizer step -> sync."""
 
     seed: int = 0
     """Task pool sample, curriculum draws, rollout seeds (every draw is its own sampling
@@ -95,6 +95,15 @@ class GRPOParams:
     """Difficulty-band task sampler (rlvr/train/curriculum.py)."""
     pathology: PathologyParams = field(default_factory=PathologyParams)
     """Thresholds of the named pathology flags (rlvr/train/pathology.py)."""
+    max_staleness: int = 0
+    """Δv_max (SPEC §7 staleness): a group is trained on only if v_trainer − v_rollout <= this
+    (else dropped as `stale`, logged by difficulty band). 0 = synchronous: every draw is made
+    inline with the current weights. > 0: a producer thread draws ahead into a bounded queue
+    while the trainer updates (prime-rl max_off_policy_steps, AReaL max_head_offpolicyness);
+    the truncated-IS weights correct the residual lag."""
+    queue_size: int = 2
+    """Async only: draws buffered between the rollout producer and the trainer (the bound
+    on how far generation runs ahead)."""
     consensus_runs: int = 3
     """R fresh enclaves for a first-time pass (SPEC §4 flaky-test consensus)."""
     verify_seed: int = 1234
@@ -132,6 +141,10 @@ class GRPOParams:
         for key in ("adam_beta1", "adam_beta2"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 bad(key, "must be in [0, 1)", getattr(self, key))
+        if self.max_staleness < 0:
+            bad("max_staleness", "must be >= 0 (0 = synchronous)", self.max_staleness)
+        if self.queue_size < 1:
+            bad("queue_size", "must be >= 1", self.queue_size)
         if self.consensus_runs < 1:
             bad("consensus_runs", "must be >= 1", self.consensus_runs)
         if self.split in ("heldout", "heldout_function", "regression"):
@@ -171,8 +184,9 @@ class GRPOParams:
             "entropy_eta": self.entropy.eta,
             "entropy_control": "adaptive" if self.entropy.enabled else "off",
             "overlong": self.overlong.mode,
-            "staleness_bound": 0,
-            "mode": "synchronous",
+            "staleness_bound": self.max_staleness,
+            "mode": "synchronous" if self.max_staleness == 0 else
+                    f"async (producer thread, queue of {self.queue_size} draws)",
             "kl_reference": "frozen initial policy" if self.loss.uses_reference else "none",
             "learning_rate": self.learning_rate,
             "optimizer": f"AdamW ({self.backend})",
