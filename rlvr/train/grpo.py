@@ -200,6 +200,9 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
         groups, timing = collect_groups(step, state, curriculum, next_draw, params, lock)
         with lock:
             metrics = {**timing, **rollout_metrics(groups, state.policy_step, curriculum)}
+        if timing["time/rollout_s"] > 0:  # share of rollout wall time the engine generated
+            metrics["time/generate_busy_fraction"] = (timing["time/generate_s"]
+                                                      / timing["time/rollout_s"])
         t1 = time.perf_counter()
         metrics.update(behaviour_metrics(model, [r for g in groups for r in g["rows"]],
                                          scoring, params))
@@ -442,7 +445,8 @@ def _collate(seqs: Sequence[_Seq], idx: Sequence[int], device) -> dict[str, torc
     turns = torch.zeros(b, L, dtype=torch.long)
     for row, i in enumerate(idx):
         s, n = seqs[i], len(seqs[i].ids)
-        ids[row, :n], mask[row, :n], beh[row, :n], turns[row, :n] = s.ids, s.mask, s.behaviour, s.turns
+        ids[row, :n], mask[row, :n] = s.ids, s.mask
+        beh[row, :n], turns[row, :n] = s.behaviour, s.turns
     return {"ids": ids.to(device), "mask": mask[:, 1:].to(device),
             "behaviour": beh[:, 1:].to(device), "turns": turns[:, 1:].clamp(min=0).to(device),
             "adv": torch.tensor([seqs[i].advantage for i in idx], dtype=torch.float32,
