@@ -313,6 +313,24 @@ def test_a_killed_run_resumes_to_the_same_groups_and_weights(tmp_path, bwrap_san
     assert (ckpts[0].parent / "step-000003" / "model.safetensors").is_file()
 
 
+
+def test_a_longer_run_continues_a_shorter_one_and_a_shorter_one_reproduces(tmp_path,
+                                                                          bwrap_sandbox):
+    """`steps` is not part of the run key: 2 then 3 steps continue from step 2; asking for
+    1 step afterwards starts afresh (no checkpoint of <= 1 step is kept) and gives the
+    1-step run's weights, not the 3-step ones."""
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    rollout = _rollout(**FORCED_BUDGETS)
+    one = _run(tmp_path, _params(steps=1), rollout=rollout, name="one", wrap=_forced(codec))
+    _run(tmp_path, _params(steps=2), rollout=rollout, name="grow", wrap=_forced(codec))
+    three = _run(tmp_path, _params(steps=3), rollout=rollout, name="grow", wrap=_forced(codec))
+    assert three.resumed_from == 2 and three.steps == 3
+    back = _run(tmp_path, _params(steps=1), rollout=rollout, name="grow", wrap=_forced(codec))
+    assert back.resumed_from == 0 and back.steps == 1
+    assert back.policy_version == one.policy_version != three.policy_version
+    assert [c.name for c in sorted((tmp_path / "grow-work").glob("*/checkpoints/*"))] == [
+        "step-000001"]
+
 def test_the_model_card_is_what_the_gate_reads(tmp_path, bwrap_sandbox):
     from rlvr.gate.inputs import read_training_metrics
 

@@ -139,7 +139,7 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     base_dir = Path(base_dir)
     by_id = {t.task_id: t for t in tasks}
     run_dir = Path(work_dir) / run_key(base_dir, tasks, params, rollout, sandbox_params)
-    state, ckpt = _load_state(run_dir)
+    state, ckpt = _load_state(run_dir, params.steps)
     policy = load_policy(ckpt or base_dir, device=params.device, dtype=params.dtype)
     model = policy.model
     backend = _backend(model, params.optimizer_params())
@@ -698,8 +698,11 @@ def _checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.glob("step-*") if (p / STATE).is_file()) if root.is_dir() else []
 
 
-def _load_state(run_dir: Path) -> tuple[_State, Path | None]:
-    ckpts = _checkpoints(run_dir)
+def _load_state(run_dir: Path, max_step: int) -> tuple[_State, Path | None]:
+    """The newest checkpoint of at most `max_step` steps (a run asked for fewer steps than
+    an earlier one made starts from an earlier checkpoint, or afresh: the synchronous loop
+    is deterministic, so either way it reproduces those steps)."""
+    ckpts = [c for c in _checkpoints(run_dir) if int(c.name.split("-")[1]) <= max_step]
     if not ckpts:
         return _State(), None
     data = json.loads((ckpts[-1] / STATE).read_text())
@@ -710,13 +713,16 @@ def save_checkpoint(run_dir: Path, model, backend, policy, base_dir: Path, param
                     state: _State, found) -> Path:
     """An HF directory with the update passport and policy_step, plus the optimizer and loop
     state, written to a temp dir and renamed into place; older ones beyond
-    `keep_checkpoints` are removed."""
+    `keep_checkpoints` (and any of a longer earlier run, past this step) are removed."""
     dest = run_dir / "checkpoints" / f"step-{state.step:06d}"
     extra = {OPTIMIZER: backend.opt.state_dict(),
              STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
     write_policy(dest, model, policy, base_dir, card(base_dir, params, state, found, None),
                  extra=extra)
-    for old in _checkpoints(run_dir)[:-params.keep_checkpoints]:
+    ckpts = _checkpoints(run_dir)
+    later = [c for c in ckpts if int(c.name.split("-")[1]) > state.step]  # of a longer run
+    mine = [c for c in ckpts if c not in later]
+    for old in mine[:-params.keep_checkpoints] + later:
         shutil.rmtree(old, ignore_errors=True)
     return dest
 
