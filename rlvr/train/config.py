@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from rlvr.config import DEFAULT_PARAMS, load_section, parse
 from rlvr.errors import ConfigError
@@ -65,6 +65,16 @@ class EarlyStopParams:
     # On an early stop for worsening validation, write the weights of the best-validation
     # evaluation instead of the last ones (a CPU copy of the trainable weights).
     restore_best: bool = True
+
+
+def check_adamw(p: Any, bad: Callable[[str, str, Any], None]) -> None:
+    """The AdamW knobs SFT and GRPO params share: `bad(key, why, value)` raises."""
+    for key in ("grad_clip", "weight_decay", "adam_eps"):
+        if getattr(p, key) < 0:
+            bad(key, "must be >= 0", getattr(p, key))
+    for key in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(p, key) < 1.0:
+            bad(key, "must be in [0, 1)", getattr(p, key))
 
 
 @dataclass(frozen=True)
@@ -124,12 +134,7 @@ class SFTParams:
                 bad(key, "must be >= 1", getattr(self, key))
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             bad("min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
-        for key in ("grad_clip", "weight_decay", "adam_eps"):
-            if getattr(self, key) < 0:
-                bad(key, "must be >= 0", getattr(self, key))
-        for key in ("adam_beta1", "adam_beta2"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                bad(key, "must be in [0, 1)", getattr(self, key))
+        check_adamw(self, bad)
         if self.zero_stage == 3:
             bad("zero_stage", "ZeRO-3 is not supported: with several micro-batches per step its "
                 "update differed from the torch step (measured, deepspeed 0.19.8); use 0-2",

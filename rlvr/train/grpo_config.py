@@ -22,7 +22,7 @@ from rlvr.errors import ConfigError
 from rlvr.rl.entropy import EntropyController
 from rlvr.rl.loss import GRPOLossConfig
 from rlvr.rl.overlong import OverlongParams
-from rlvr.train.config import SFTParams
+from rlvr.train.config import SFTParams, check_adamw
 from rlvr.train.curriculum import CurriculumParams
 from rlvr.train.pathology import PathologyParams
 
@@ -135,12 +135,7 @@ class GRPOParams:
                 "mini-batch holds whole groups", self.mini_batches)
         if not self.learning_rate > 0:
             bad("learning_rate", "must be > 0", self.learning_rate)
-        for key in ("grad_clip", "weight_decay", "adam_eps"):
-            if getattr(self, key) < 0:
-                bad(key, "must be >= 0", getattr(self, key))
-        for key in ("adam_beta1", "adam_beta2"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                bad(key, "must be in [0, 1)", getattr(self, key))
+        check_adamw(self, bad)
         if self.max_staleness < 0:
             bad("max_staleness", "must be >= 0 (0 = synchronous)", self.max_staleness)
         if self.queue_size < 1:
