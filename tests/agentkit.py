@@ -188,6 +188,31 @@ def build_tiny_policy(out_dir: Path, *, seed: int = 0) -> Path:
     return out_dir
 
 
+# ---- a TokenEngine wrapper: forwards everything but `generate` to the engine it wraps -------
+class WrappedEngine:
+    """Base of test engines that watch or steer another engine's sampling."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def policy_version(self) -> str:
+        return self.inner.policy_version
+
+    @property
+    def policy_step(self) -> int:
+        return self.inner.policy_step
+
+    def score(self, prompt, completion, params):
+        return self.inner.score(prompt, completion, params)
+
+    def sync_weights(self, source, policy_version, policy_step):
+        self.inner.sync_weights(source, policy_version, policy_step)
+
+    def close(self):
+        self.inner.close()
+
+
 # ---- a replay engine: a TokenEngine that "samples" scripted actions ------------------------
 class ReplayEngine:
     """Emits fixed action texts (tokenized like a policy would write them), one per call and

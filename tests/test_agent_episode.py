@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from agentkit import ReplayEngine, count_task, leak_lines, tiny_policy_dir
+from agentkit import ReplayEngine, WrappedEngine, count_task, leak_lines, tiny_policy_dir
 from rlvr.agent.collector import Collector, episode_specs
 from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig, run_episode
 from rlvr.agent.passport import apply_verdict, deterministic_view, passport_row, rebuild_check
@@ -39,37 +39,20 @@ def engine():
     return TorchEngine(tiny_policy_dir())
 
 
-class Recording:
+class Recording(WrappedEngine):
     """Forwards to an engine and remembers every prompt batch and sample it returned."""
 
     def __init__(self, inner):
-        self.inner = inner
+        super().__init__(inner)
         self.name = inner.name
         self.calls: list[tuple[list[list[int]], list]] = []
         self.stats: list[dict] = []
-
-    @property
-    def policy_version(self) -> str:
-        return self.inner.policy_version
-
-    @property
-    def policy_step(self) -> int:
-        return self.inner.policy_step
 
     def generate(self, prompts, params, *, seed, sample_seeds=None):
         samples = self.inner.generate(prompts, params, seed=seed, sample_seeds=sample_seeds)
         self.calls.append(([list(p) for p in prompts], samples))
         self.stats.append(dict(getattr(self.inner, "last_stats", {})))
         return samples
-
-    def score(self, prompt, completion, params):
-        return self.inner.score(prompt, completion, params)
-
-    def sync_weights(self, source, policy_version, policy_step):
-        self.inner.sync_weights(source, policy_version, policy_step)
-
-    def close(self):
-        self.inner.close()
 
 
 def config(codec, sandbox=None, *, decoding=Decoding(), repetition=RepetitionParams(),

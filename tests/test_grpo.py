@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from agentkit import count_task, take_task, tiny_policy_dir
+from agentkit import WrappedEngine, count_task, take_task, tiny_policy_dir
 from rlvr.agent.episode import Budgets
 from rlvr.agent.rollout import RolloutParams
 from rlvr.agent.tools import format_tool_call
@@ -70,7 +70,7 @@ def fake_verifier(tasks, patches):
             for p in patches]
 
 
-class ForcedFix:
+class ForcedFix(WrappedEngine):
     """The trained torch engine, except that at turn 0 the prompts at even batch positions
     (= even sample indices of each group: the collector batches a wave's episodes in group,
     then sample order) get the correct edit, and an episode that made it then submits.
@@ -79,19 +79,12 @@ class ForcedFix:
     killed run); `starts` counts the turn-0 calls (one per group) this wrapper served."""
 
     def __init__(self, inner, codec: ChatCodec, kill_at_start: int | None = None):
-        self.inner, self.codec, self.kill_at_start = inner, codec, kill_at_start
+        super().__init__(inner)
+        self.codec, self.kill_at_start = codec, kill_at_start
         self.calls = self.starts = 0
         self.fix, self.submit = (codec.encode_action(FIX) + [codec.im_end],
                                  codec.encode_action(SUBMIT) + [codec.im_end])
         self.name = "forced-fix"
-
-    @property
-    def policy_version(self):
-        return self.inner.policy_version
-
-    @property
-    def policy_step(self):
-        return self.inner.policy_step
 
     def _has_fix(self, prompt) -> bool:
         n, f = len(prompt), self.fix[:-1]
@@ -120,15 +113,6 @@ class ForcedFix:
         for i, ids in forced.items():
             out[i] = Sample(list(ids), self.inner.score(prompts[i], ids, params), "stop")
         return out
-
-    def score(self, prompt, completion, params):
-        return self.inner.score(prompt, completion, params)
-
-    def sync_weights(self, source, policy_version, policy_step):
-        self.inner.sync_weights(source, policy_version, policy_step)
-
-    def close(self):
-        self.inner.close()
 
 
 def _forced(codec, **kw):
