@@ -124,3 +124,12 @@ def test_timings_sidecars_are_neither_outs_nor_deps():
     assert len(sidecars) == len(TIMED) and all(s.endswith(".timings.parquet") for s in sidecars)
     assert not sidecars & versioned
     assert not any(p.endswith(".timings.parquet") for p in versioned)
+
+
+def test_dvc_itself_accepts_the_dag():
+    """DVC's own schema (not just YAML): a bad plot property fails `make pipeline` at once."""
+    from dvc.repo import Repo
+
+    with Repo(str(ROOT)) as repo:
+        names = {s.name for s in repo.index.stages}
+    assert set(DAG) <= names
