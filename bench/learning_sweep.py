@@ -13,6 +13,11 @@ shown: a flagged path there can only be copied). Three sweeps, each one process:
     # pass@1 (train, heldout_function) and copy rate vs demonstrations, SFT from a pipeline's
     # init policy on seeded subsets of its verified demonstrations
     .venv/bin/python bench/learning_sweep.py demos --root /path/to/pipeline/checkout --demos 44 87 174
+    # pass@1 of given policies as they are (e.g. the pretraining points) and their copy rate
+    .venv/bin/python bench/learning_sweep.py evaluate --root /path/to/pipeline/checkout \
+        --models DIR... --labels NAME...
+    # can the architecture learn in-context copying at all (random strings, repeated)?
+    .venv/bin/python bench/learning_sweep.py copy-check --base DIR --steps 1500
     # the figure from the JSON files the sweeps wrote
     .venv/bin/python bench/learning_sweep.py plot
 
@@ -47,6 +52,8 @@ OUT = ROOT / "docs/learning/sweep"
 SIZES = {"default": {}, "7m": {"hidden_size": 256, "layers": 6, "heads": 8, "kv_heads": 4,
                                "intermediate_size": 1024}}
 CASES = 48  # synthetic bugs per kind of code
+# `evaluate` labels of the pipeline's checkpoints that are points of the demonstrations curve
+DEMO_POINTS = {"1.5M-200-plain": 0, "1.5M-200-plain+sft174": 174}
 
 
 def _params(path: Path) -> tuple[PolicyParams, SplitParams]:
@@ -118,14 +125,51 @@ def sweep_pretrain(args) -> None:
                          "final_loss": round(result.train_loss, 4), "curve": curve})
 
 
+def _eval_sets(root: Path, evalp):
+    from rlvr.evaluate.sets import build_sets
+    from rlvr.tasks.pool import select_tasks
+
+    pool = [root / "artifacts/tasks_authored.parquet", root / "artifacts/tasks_synthetic.parquet"]
+    return [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,
+                                  evalp.seed) if s.tier in ("train", "heldout_function")]
+
+
+def _pass_at_1(model_dir: Path, name: str, sets, evalp, sandbox, enclave) -> dict:
+    """pass@1 with its interval and the parse-error rate per tier (same sets, same seeds)."""
+    from rlvr.evaluate.report import build_report
+    from rlvr.evaluate.run import evaluate_checkpoint
+
+    ev = evaluate_checkpoint(model_dir, sets, evalp, sandbox, checkpoint=name, enclave=enclave)
+    report = build_report(ev, level=evalp.level, n_boot=evalp.bootstrap, seed=evalp.seed)
+    return {t: {k: v for k, v in s.items() if k in (
+        "tasks", "episodes", "solved", "pass_at_1", "pass_at_1_low", "pass_at_1_high",
+        "parse_error_rate")} for t, s in report["checkpoints"][name]["tiers"].items()}
+
+
+def sweep_evaluate(args) -> None:
+    """pass@1 of policies as they are (e.g. each pretraining point) on the train and
+    held-out-function tiers, beside their copy rate."""
+    from rlvr.enclave.core import Enclave
+    from rlvr.evaluate.params import load_params as load_eval_params
+
+    evalp, sandbox = load_eval_params(args.params)
+    _, split = _params(args.params)
+    sets = _eval_sets(args.root, evalp)
+    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
+                 workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
+        for label, model_dir in zip(args.labels, args.models):
+            copy = combined_probe(ROOT, split, ChatCodec.from_model_dir(model_dir))(
+                0, load_policy(model_dir).model)
+            row = {"key": label, "model": str(model_dir), "copy": copy,
+                   "tiers": _pass_at_1(model_dir, label, sets, evalp, sandbox, enclave)}
+            _append("evaluate", row)
+            print(json.dumps(row), flush=True)
+
+
 def sweep_demos(args) -> None:
     from rlvr.agent.passport import read_trajectories
     from rlvr.enclave.core import Enclave
     from rlvr.evaluate.params import load_params as load_eval_params
-    from rlvr.evaluate.report import build_report
-    from rlvr.evaluate.run import evaluate_checkpoint
-    from rlvr.evaluate.sets import build_sets
-    from rlvr.tasks.pool import select_tasks
     from rlvr.train.config import load_sft_params
     from rlvr.train.demos import select_demonstrations
     from rlvr.train.sft import train_sft
@@ -137,9 +181,7 @@ def sweep_demos(args) -> None:
     base = root / "models/policy-init"
     rows = read_trajectories(root / "artifacts/trajectories_verified.parquet").to_pylist()
     sel = select_demonstrations(rows, sft)
-    pool = [root / "artifacts/tasks_authored.parquet", root / "artifacts/tasks_synthetic.parquet"]
-    sets = [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,
-                                  evalp.seed) if s.tier in ("train", "heldout_function")]
+    sets = _eval_sets(root, evalp)
     probe = combined_probe(ROOT, split, ChatCodec.from_model_dir(base))
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
@@ -151,18 +193,59 @@ def sweep_demos(args) -> None:
             result = train_sft(base, train, sel.val, sft, out)
             seconds = time.perf_counter() - t0
             copy = probe(result.steps, load_policy(out).model)
-            ev = evaluate_checkpoint(out, sets, evalp, sandbox, checkpoint=f"demos{n}",
-                                     enclave=enclave)
-            report = build_report(ev, level=evalp.level, n_boot=evalp.bootstrap, seed=evalp.seed)
-            tiers = {t: {k: v for k, v in s.items() if k in (
-                "tasks", "episodes", "solved", "pass_at_1", "pass_at_1_low", "pass_at_1_high",
-                "parse_error_rate")} for t, s in report["checkpoints"][f"demos{n}"]["tiers"].items()}
+            tiers = _pass_at_1(out, f"demos{n}", sets, evalp, sandbox, enclave)
             row = {"key": str(n), "demonstrations": len(train), "steps": result.steps,
                    "stop_reason": result.stop_reason, "train_loss": round(result.train_loss, 4),
                    "val_loss": result.val_loss, "sft_seconds": round(seconds, 1),
                    "copy": copy, "tiers": tiers}
             _append("demos", row)
             print(json.dumps(row), flush=True)
+
+
+def copy_check(args) -> None:
+    """Can this architecture and the SFT loop learn in-context copying at all? Random
+    12-token strings, a filler, a separator, the string again; only the repeat is trained;
+    next-token accuracy on the repeats of fresh strings (1/3,900 by chance)."""
+    import torch
+
+    from rlvr.train.config import DemoParams, EarlyStopParams, SFTParams
+    from rlvr.train.demos import demo_row, token_hash
+    from rlvr.train.sft import train_sft
+
+    rng = random.Random(0)
+
+    def sequence():
+        s = [rng.randrange(100, 4000) for _ in range(12)]
+        filler = [rng.randrange(100, 4000) for _ in range(rng.randint(0, 40))]
+        return s + filler + [5] + s, [0] * (len(s) + len(filler) + 1) + [1] * len(s)
+
+    rows = []
+    for i in range(4000):
+        ids, mask = sequence()
+        rows.append(demo_row({"trajectory_id": f"copy-{i}", "task_id": f"copy-{i}",
+                              "family": "copy", "engine": "synthetic", "token_ids": ids,
+                              "loss_mask": mask}, token_hash(ids)))
+    p = SFTParams(seed=0, learning_rate=3e-3, max_steps=args.steps, epochs=0, batch_size=32,
+                  warmup_steps=20, eval_every=0, probe_tasks=0,
+                  demos=DemoParams(val_fraction=0.0),
+                  early_stop=EarlyStopParams(patience=0, parse_error_stop=None))
+    t0 = time.perf_counter()
+    result = train_sft(args.base, rows, [], p, args.work / "copy-check")
+    model = load_policy(args.work / "copy-check").model
+    hit = 0
+    for _ in range(50):
+        ids, _ = sequence()
+        k = len(ids) - 12
+        with torch.no_grad():
+            pred = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+        hit += sum(pred[k - 1 + j] == ids[k + j] for j in range(12))
+    row = {"key": f"{args.base.name}-{args.steps}", "base": str(args.base),
+           "parameters": count_parameters(args.base), "steps": result.steps,
+           "sequences_seen": result.steps * 32, "train_loss": round(result.train_loss, 4),
+           "fresh_copy_accuracy": round(hit / 600, 4),
+           "seconds": round(time.perf_counter() - t0, 1)}
+    _append("copy_check", row)
+    print(json.dumps(row), flush=True)
 
 
 def plot(args) -> None:
@@ -182,28 +265,34 @@ def plot(args) -> None:
         for kind, ls in (("train_code", "-"), ("heldout_code", "--")):
             xs = [c["tokens"] / 1e6 for c in run["curve"]]
             label = f"{name}; {kind.replace('_', ' ')}"
-            axes[0].plot(xs, [c[f"{kind}/copy_line_flagged"] for c in run["curve"]], ls,
+            axes[0].plot(xs, [c[f"{kind}/copy_path_flagged"] for c in run["curve"]], ls,
                          marker="o", ms=3, label=label)
-            axes[1].plot(xs, [c[f"{kind}/copy_bug_line"] for c in run["curve"]], ls, marker="o",
-                         ms=3, label=label)
-    axes[0].set(xlabel="pretraining tokens (M)", ylabel="first edit on a flagged path:line",
-                ylim=(-0.02, 1.02), title="copy rate vs pretraining")
-    axes[1].set(xlabel="pretraining tokens (M)", ylabel="first edit on the bug's line",
-                ylim=(-0.02, 1.02), title="picking the right suspect")
+            axes[1].plot(xs, [c[f"{kind}/copy_line_flagged"] for c in run["curve"]], ls,
+                         marker="o", ms=3, label=label)
+    axes[0].set(xlabel="pretraining tokens (M)", ylabel="first edit names a flagged file",
+                ylim=(-0.02, 0.5), title="copying the path, vs pretraining")
+    axes[1].set(xlabel="pretraining tokens (M)", ylabel="first edit on a flagged path:line",
+                ylim=(-0.02, 0.5), title="copying path and line, vs pretraining")
     demos = json.loads((OUT / "demos.json").read_text()) if (OUT / "demos.json").is_file() else []
+    # the pipeline's own init (0 demonstrations) and SFT (all of them), run through `evaluate`
+    evaluated = json.loads((OUT / "evaluate.json").read_text()) \
+        if (OUT / "evaluate.json").is_file() else []
+    demos += [dict(r, demonstrations=DEMO_POINTS[r["key"]]) for r in evaluated
+              if r["key"] in DEMO_POINTS]
     demos.sort(key=lambda r: r["demonstrations"])
     if demos:
         xs = [r["demonstrations"] for r in demos]
         for tier in ("train", "heldout_function"):
             axes[2].plot(xs, [r["tiers"][tier]["pass_at_1"] for r in demos], "o-",
                          label=f"pass@1 {tier}")
-        axes[2].plot(xs, [r["copy"]["heldout_code/copy_line_flagged"] for r in demos], "s--",
-                     label="copy rate, held-out code")
-        axes[2].plot(xs, [r["copy"]["train_code/copy_line_flagged"] for r in demos], "s:",
-                     label="copy rate, training code")
-    axes[2].set(xlabel="SFT demonstrations", ylim=(-0.02, 1.02), title="after SFT")
+        axes[2].plot(xs, [r["copy"]["heldout_code/copy_path_flagged"] for r in demos], "s--",
+                     label="flagged file, held-out code")
+        axes[2].plot(xs, [r["copy"]["train_code/copy_path_flagged"] for r in demos], "s:",
+                     label="flagged file, training code")
+    axes[2].set(xlabel="SFT demonstrations (from the 200-step init)", ylim=(-0.02, 0.5),
+                title="pass@1 and copying vs demonstrations")
     for a in axes:
-        a.legend(fontsize=7)
+        a.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(ROOT / "docs/learning/sweep.png", dpi=110)
 
@@ -223,13 +312,23 @@ def main() -> None:
     d = sub.add_parser("demos")
     d.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")
     d.add_argument("--demos", type=int, nargs="+", default=[44, 87, 174])
+    e = sub.add_parser("evaluate")
+    e.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")
+    e.add_argument("--models", type=Path, nargs="+", required=True)
+    e.add_argument("--labels", nargs="+", required=True)
+    c = sub.add_parser("copy-check")
+    c.add_argument("--base", type=Path, required=True, help="a random-init policy directory")
+    c.add_argument("--steps", type=int, default=1500)
     sub.add_parser("plot")
-    for s in (p, d):
+    for s in (p, d, e, c):
         s.add_argument("--params", type=Path, default=ROOT / "params.yaml")
         s.add_argument("--work", type=Path, default=ROOT / "build/sweep")
     args = ap.parse_args()
     os.environ.setdefault("RLVR_TRACKING", "off")
-    {"pretrain": sweep_pretrain, "demos": sweep_demos, "plot": plot}[args.cmd](args)
+    if args.cmd == "evaluate" and len(args.labels) != len(args.models):
+        raise SystemExit("--labels: one per --models entry")
+    {"pretrain": sweep_pretrain, "demos": sweep_demos, "evaluate": sweep_evaluate,
+     "copy-check": copy_check, "plot": plot}[args.cmd](args)
 
 
 if __name__ == "__main__":
