@@ -338,13 +338,7 @@ def check_after_rerun(st: Stage, root: Path, ref: Path) -> list[str]:
 
 # The stages after verify train and evaluate models: ~2.5 more minutes on a loaded 2-core box.
 SLOW = {"sft", "grpo", "evaluate", "gate"}
-KNOWN_DEFECTS: dict[str, str] = {
-    "gate": "rlvr/gate/report.py write_plots writes each PNG through atomic_path *inside* the "
-            "DVC directory out reports/gate_plots, in place: a SIGKILL mid-write leaves "
-            "reports/gate_plots/.pass_at_k.png.<random>.png in it (and the dir without its "
-            "PNGs: a partial directory out); the rerun never removes that temp, so its "
-            "reports/gate_plots holds an extra file and differs from an uninterrupted run's",
-}
+KNOWN_DEFECTS: dict[str, str] = {}  # stage -> the defect a strict xfail documents
 
 
 def _param(name: str):

@@ -184,10 +184,20 @@ def write_report(md_path: Path | str, gate: Mapping[str, Any], *,
                  cost: Mapping[str, Any] | None = None) -> None:
     """The Markdown report at `md_path` and its PNGs (default: `<md stem>_plots/` beside
     it), linked relative to the report."""
+    import tempfile
+
+    from rlvr.engines.local_policy import replace_dir
+
     md_path = Path(md_path)
     plots_dir = Path(plots_dir) if plots_dir else md_path.with_name(f"{md_path.stem}_plots")
-    plots = write_plots(plots_dir, candidate_rows, champion_rows, gate["candidate"]["name"],
+    # drawn into a fresh directory beside it, then swapped in: a killed run leaves the old
+    # directory or the complete new one, never a half-written one (a DVC directory out)
+    plots_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{plots_dir.name}.", dir=plots_dir.parent))
+    drawn = write_plots(tmp, candidate_rows, champion_rows, gate["candidate"]["name"],
                         gate["champion"]["name"], training, keys)
+    replace_dir(tmp, plots_dir)
+    plots = {t: plots_dir / Path(p).name for t, p in drawn.items()}
     rel = {t: Path(p).resolve().relative_to(md_path.parent.resolve()).as_posix()
            if Path(p).resolve().is_relative_to(md_path.parent.resolve()) else str(p)
            for t, p in plots.items()}
