@@ -22,3 +22,6 @@ run engine python bench/engine.py --threads 1
 run synthesize python bench/synthesize.py --workers 1,2
 run sft python bench/sft.py --demos 48 --batch 8 --threads 2
 run tools python bench/tools.py --backend bwrap --calls 6
+run grpo-vs-trl python bench/grpo_vs_trl.py
+# the checks too slow for CI (marked `slow`: e.g. kill -9 of sft/grpo/evaluate/gate)
+run slow-tests python -m pytest -q -m slow tests
