@@ -1,5 +1,6 @@
-"""Helpers shared by the enclave benchmarks: statistics, a realistic task built from a seed
-repository (with a bug injected by a simple operator flip), and result printing."""
+"""Helpers shared by the benchmarks: statistics, a realistic task built from a seed
+repository (with a bug injected by a simple operator flip), result printing, and one arm
+of an ours-vs-TRL comparison run in its own process."""
 from __future__ import annotations
 
 import json
@@ -72,3 +73,18 @@ def make_task(task_id: str, family: str, fixed: dict[str, str], buggy_path: str,
 def emit(summary_obj: dict) -> None:
     """Benchmarks end with one machine-readable JSON line."""
     print(json.dumps(summary_obj, sort_keys=True))
+
+
+def run_side(a, ours, trl) -> None:
+    """One arm of an ours-vs-TRL bench in this (fresh) process: `a.side` picks `ours` or `trl`,
+    called as fn(model_dir, data, a) on `a.data` (JSON); prints its result with this
+    process's peak RSS, so each arm's memory is its own."""
+    import resource
+
+    import torch
+
+    torch.set_num_threads(a.threads)
+    data = json.loads(Path(a.data).read_text())
+    res = (ours if a.side == "ours" else trl)(Path(a.model), data, a)
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(res))

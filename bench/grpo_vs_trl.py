@@ -45,7 +45,6 @@ import json
 import os
 import random
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,8 @@ warnings.filterwarnings("ignore")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _common import run_side  # noqa: E402
 
 LR = 1e-5
 EPS_LOW, EPS_HIGH = 0.2, 0.28
@@ -294,17 +295,6 @@ def combine(runs: list[dict]) -> dict:
     return out
 
 
-def side(a) -> None:
-    import torch
-
-    torch.set_num_threads(a.threads)
-    prompts = json.loads(Path(a.data).read_text())
-    fn = run_ours if a.side == "ours" else run_trl
-    res = fn(Path(a.model), prompts, a)
-    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("RESULT " + json.dumps(res))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--group", type=int, default=8, help="G, completions per prompt")
@@ -323,7 +313,7 @@ def main() -> None:
         if getattr(a, key) < 1:
             ap.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(a, key)}")
     if a.side:
-        return side(a)
+        return run_side(a, run_ours, run_trl)
     passed = ["--group", str(a.group), "--prompts", str(a.prompts), "--max-new", str(a.max_new),
               "--epochs", str(a.epochs), "--steps", str(a.steps), "--threads", str(a.threads)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ warnings.filterwarnings("ignore")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _common import run_side  # noqa: E402
 
 SIZE = dict(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=512)
 VOCAB = 4096
@@ -122,17 +123,6 @@ def run_trl(model_dir: Path, rows: list[dict], a) -> dict:
             "steps": out.global_step, "final_loss": out.training_loss}
 
 
-def side(a) -> None:
-    import torch
-
-    torch.set_num_threads(a.threads)
-    rows = json.loads(Path(a.data).read_text())
-    fn = run_ours if a.side == "ours" else run_trl
-    res = fn(Path(a.model), rows, a)
-    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("RESULT " + json.dumps(res))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demos", type=int, default=48)
@@ -144,7 +134,7 @@ def main() -> None:
     ap.add_argument("--model", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.side:
-        return side(a)
+        return run_side(a, run_ours, run_trl)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, data = Path(tmp) / "model", Path(tmp) / "data.json"
         make_model_dir(model_dir)
