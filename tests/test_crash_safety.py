@@ -338,14 +338,10 @@ def check_after_rerun(st: Stage, root: Path, ref: Path) -> list[str]:
 
 # The stages after verify train and evaluate models: ~2.5 more minutes on a loaded 2-core box.
 SLOW = {"sft", "grpo", "evaluate", "gate"}
-KNOWN_DEFECTS: dict[str, str] = {}  # stage -> the defect a strict xfail documents
 
 
 def _param(name: str):
-    marks = [pytest.mark.slow] if name in SLOW else []
-    if name in KNOWN_DEFECTS:
-        marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[name]))
-    return pytest.param(name, marks=marks)
+    return pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else [])
 
 
 def kill_check(st: Stage, root: Path, ref: Path, tag: str, **how) -> tuple[Run, list[str]]:
