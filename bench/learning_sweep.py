@@ -68,9 +68,15 @@ def probe_code(root: Path, split: SplitParams) -> dict[str, dict[str, str]]:
     return {"train_code": train, "heldout_code": heldout}
 
 
-def combined_probe(root: Path, split: SplitParams, codec: ChatCodec):
-    probes = {kind: copy_probe(repair_cases(code, CASES, seed=1000 + i), codec)
-              for i, (kind, code) in enumerate(sorted(probe_code(root, split).items()))}
+def probe_cases(codes: dict[str, dict[str, str]]) -> dict:
+    """The fixed synthetic bugs of each kind of code (seeded by the kind's sorted rank)."""
+    return {kind: repair_cases(code, CASES, seed=1000 + i)
+            for i, (kind, code) in enumerate(sorted(codes.items()))}
+
+
+def combined_probe(cases: dict, codec: ChatCodec):
+    """One `on_eval` over every kind of code (`probe_cases`), its rates prefixed by kind."""
+    probes = {kind: copy_probe(kind_cases, codec) for kind, kind_cases in cases.items()}
 
     def on_eval(step, model):
         return {f"{kind}/{k}": v for kind, p in probes.items() for k, v in p(step, model).items()}
@@ -99,8 +105,8 @@ def sweep_pretrain(args) -> None:
                        hidden_size=policy.hidden_size, layers=policy.layers, heads=policy.heads,
                        kv_heads=policy.kv_heads, intermediate_size=policy.intermediate_size,
                        max_position_embeddings=policy.max_position_embeddings, arch=policy.arch)
-    codec = ChatCodec.from_model_dir(work / "random")
-    probe = combined_probe(ROOT, split, codec)
+    codes = probe_code(ROOT, split)
+    probe = combined_probe(probe_cases(codes), ChatCodec.from_model_dir(work / "random"))
     n_params = count_parameters(work / "random")
     curve = [{"step": 0, "tokens": 0, **probe(0, load_policy(work / "random").model)}]
     tokens = {"n": 0}
@@ -115,8 +121,8 @@ def sweep_pretrain(args) -> None:
 
     t0 = time.perf_counter()
     pre = dataclasses.replace(policy.pretrain, steps=args.steps, **recipe)
-    code = training_code(ROOT, evaluation)
-    result, _ = pretrain_policy(work / "random", work / "pretrained", code, pre, log=log,
+    result, _ = pretrain_policy(work / "random", work / "pretrained", codes["train_code"], pre,
+                                log=log,
                                 eval_every=args.eval_every, on_eval=probe)
     _append("pretrain", {"key": key, "size": args.size, "recipe": recipe,
                          "parameters": n_params, "steps": result.steps,
@@ -155,10 +161,11 @@ def sweep_evaluate(args) -> None:
     evalp, sandbox = load_eval_params(args.params)
     _, split = _params(args.params)
     sets = _eval_sets(args.root, evalp)
+    cases = probe_cases(probe_code(ROOT, split))
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
         for label, model_dir in zip(args.labels, args.models):
-            copy = combined_probe(ROOT, split, ChatCodec.from_model_dir(model_dir))(
+            copy = combined_probe(cases, ChatCodec.from_model_dir(model_dir))(
                 0, load_policy(model_dir).model)
             row = {"key": label, "model": str(model_dir), "copy": copy,
                    "tiers": _pass_at_1(model_dir, label, sets, evalp, sandbox, enclave)}
@@ -182,7 +189,7 @@ def sweep_demos(args) -> None:
     rows = read_trajectories(root / "artifacts/trajectories_verified.parquet").to_pylist()
     sel = select_demonstrations(rows, sft)
     sets = _eval_sets(root, evalp)
-    probe = combined_probe(ROOT, split, ChatCodec.from_model_dir(base))
+    probe = combined_probe(probe_cases(probe_code(ROOT, split)), ChatCodec.from_model_dir(base))
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
         for n in args.demos:
