@@ -20,7 +20,8 @@ Failures. A stage that exits non-zero (2 = bad input, 1 = a bug) fails its task 
 `StageFailed` naming the stage and exit code; it is not retried, a re-run would fail the
 same way. Only an *infrastructure* failure is retried (`InfrastructureFailure`): the DVC
 process could not be launched (OSError), it or the stage's process was killed by a signal
-(e.g. SIGKILL from the OOM killer; DVC reports the stage as "exited with -9"), or another
+(e.g. SIGKILL from the OOM killer; DVC reports the stage as "exited with -9", or with 137
+when a shell ran it: `killed_by_signal`), or another
 DVC process held the repository lock. The first failing stage stops the run, as `dvc repro`
 does.
 
@@ -48,6 +49,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 import json  # noqa: E402
 import re  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -214,6 +216,19 @@ def stage_env(pipeline_key: str | None) -> dict[str, str]:
     return env
 
 
+def killed_by_signal(status: int | None) -> int | None:
+    """The signal that ended a stage, from the status DVC reports: -N when DVC's shell exec'd
+    the command (bash with SHELL set), 128+N when a shell (e.g. dash as /bin/sh, used when SHELL
+    is unset) ran it as a child and reported the death as its own exit status."""
+    if status is None:
+        return None
+    if status < 0:
+        return -status
+    if 128 < status <= 128 + max(signal.valid_signals()):
+        return status - 128
+    return None
+
+
 def run_streamed(stage: str, argv: list[str], root: Path, env: dict[str, str],
                  emit: Callable[[str], None]) -> list[str]:
     """Run `argv` in `root`, passing each output line (stdout and stderr, merged in order) to
@@ -242,8 +257,9 @@ def run_streamed(stage: str, argv: list[str], root: Path, env: dict[str, str],
         if found:
             status = int(found.group(1))
             break
-    if status is not None and status < 0:
-        raise InfrastructureFailure(stage, f"the stage process was killed by signal {-status}")
+    signal_number = killed_by_signal(status)
+    if signal_number is not None:
+        raise InfrastructureFailure(stage, f"the stage process was killed by signal {signal_number}")
     if any(marker in line for line in lines for marker in _LOCKED):
         raise InfrastructureFailure(stage, "another DVC process holds the repository lock")
     if status is None:  # DVC itself refused (bad dvc.yaml, missing dependency, ...)

@@ -156,8 +156,13 @@ def test_failing_stage_fails_at_once_and_is_named(harness, project, monkeypatch)
     assert any("bad input - field n" in m for m in _logs(state.state_details.flow_run_id))
 
 
-def test_killed_stage_is_retried(harness, project, monkeypatch):
+@pytest.mark.parametrize("shell", ["/bin/bash", None])  # None: DVC runs /bin/sh (dash here)
+def test_killed_stage_is_retried(harness, project, monkeypatch, shell):
     monkeypatch.setenv("RLVR_TRACKING", "off")
+    if shell is None:
+        monkeypatch.delenv("SHELL", raising=False)
+    else:
+        monkeypatch.setenv("SHELL", shell)
     monkeypatch.setattr(fp, "run_stage", fp.run_stage.with_options(retry_delay_seconds=0))
     state = fp.rlvr_pipeline(targets=["flaky"], root=str(project), return_state=True)
     assert state.is_completed(), state
@@ -181,6 +186,15 @@ def test_param_overrides_run_as_a_dvc_experiment(harness, project, monkeypatch):
 
 
 # ---------------------------------------------------------------- no Prefect server needed
+def test_signal_deaths_are_read_from_either_status_form():
+    assert fp.killed_by_signal(-9) == 9           # the shell exec'd the stage
+    assert fp.killed_by_signal(137) == 9          # a shell reported its child's SIGKILL
+    assert fp.killed_by_signal(143) == 15
+    assert fp.killed_by_signal(2) is None and fp.killed_by_signal(1) is None
+    assert fp.killed_by_signal(None) is None and fp.killed_by_signal(128) is None
+    assert fp.killed_by_signal(255) is None       # beyond any signal: the stage's own code
+
+
 def test_served_deployment_schedule_and_parameters():
     dep = fp.nightly_deployment()
     assert dep.name == "rlvr-nightly"
