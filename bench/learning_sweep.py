@@ -40,12 +40,12 @@ if str(ROOT) not in sys.path:
 
 from rlvr.agent.transcript import ChatCodec  # noqa: E402
 from rlvr.config import load_section  # noqa: E402
-from rlvr.engines.local_policy import build_local_policy, policy_corpus  # noqa: E402
+from rlvr.engines.local_policy import policy_corpus  # noqa: E402
 from rlvr.engines.model_dir import count_parameters, load_policy  # noqa: E402
 from rlvr.tasks.splits import SplitParams  # noqa: E402
 from rlvr.train.pretrain import pretrain_policy, repair_cases, training_code  # noqa: E402
+from rlvr.train.policy_init import PolicyParams, build_random_policy  # noqa: E402
 from rlvr.train.probe import copy_probe  # noqa: E402
-from stages.init_policy import PolicyParams  # noqa: E402
 
 OUT = ROOT / "docs/learning/sweep"
 # the default (params.yaml `policy`) and the issue's ~7 M-parameter probe size
@@ -101,10 +101,7 @@ def sweep_pretrain(args) -> None:
     work = args.work / f"pretrain-{key}"
     texts, _ = policy_corpus(ROOT, seed=policy.seed, synthetic_samples=policy.synthetic_samples,
                              exclude_families=evaluation)
-    build_local_policy(work / "random", texts, seed=policy.seed, vocab_size=policy.vocab_size,
-                       hidden_size=policy.hidden_size, layers=policy.layers, heads=policy.heads,
-                       kv_heads=policy.kv_heads, intermediate_size=policy.intermediate_size,
-                       max_position_embeddings=policy.max_position_embeddings, arch=policy.arch)
+    build_random_policy(policy, work / "random", texts)
     codes = probe_code(ROOT, split)
     probe = combined_probe(probe_cases(codes), ChatCodec.from_model_dir(work / "random"))
     n_params = count_parameters(work / "random")

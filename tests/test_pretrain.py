@@ -116,6 +116,10 @@ def test_copy_drills_train_only_the_edit_of_a_listed_line(codec):
         assert edit.name == "edit"
         shown = {(s.path, s.line) for s in suspicious_lines(text)}
         assert (edit.args["path"], edit.args["line"]) in shown
+        assert "=====" not in text and "FAILED" not in text  # the section alone
+    for case in repair_cases({"pkg/core.py": SOURCE}, 5, seed=2):
+        assert case.suspects.startswith("suspicious lines (") and case.suspects in case.observation
+        assert suspicious_lines(case.suspects) == suspicious_lines(case.observation)
     rows = pretrain_rows({"pkg/core.py": SOURCE}, codec, dataclasses.replace(
         p, episodes=2, code_chunk_tokens=32))
     assert sum(r["trajectory_id"].startswith("pretrain-") for r in rows) == len(rows) > 12

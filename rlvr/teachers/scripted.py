@@ -50,6 +50,9 @@ from rlvr.agent.tools import format_tool_call
 from rlvr.tasks.model import Task
 
 VERSION = "2"
+# The terse teacher's first action's reasoning; pretraining and the copy probe open their
+# synthetic episodes with the same call, so the student sees one form of it.
+TERSE_RUN_TESTS = "Run the tests."
 
 _FRAME = re.compile(r"^([\w./-]+\.py):(\d+): in (\w+)", re.M)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py)::(\w+)", re.M)
@@ -178,7 +181,7 @@ class BoundTeacher:
         left = self.max_turns - turns_used  # including this one
         if self.phase == "start":
             self.phase = "tested_initial"
-            return format_tool_call("run_tests", {}, "Run the tests." if self.terse
+            return format_tool_call("run_tests", {}, TERSE_RUN_TESTS if self.terse
                                     else "Run the public tests to see what fails.")
         if self.phase == "tested_initial":
             self.best_failures = _failures(observation)

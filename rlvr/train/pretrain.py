@@ -10,8 +10,9 @@ episode injects a real bug with the synthesis operators (`rlvr.tasks.synth.opera
 shows a run_tests-style failure whose suspicious-lines section lists the mutated line among
 other lines of the function (its true line numbers and text), and answers with the
 line-addressed edit the scripted teacher would make (`rlvr.teachers.scripted.edit_args`),
-tokenized exactly as an episode is (`ChatCodec`), plus chunks of the code itself. Every token
-is trained (next-token over the whole sequence).
+tokenized exactly as an episode is (`ChatCodec`), plus chunks of the code itself. Which
+tokens are trained is a knob (`PretrainParams.train_on`): all of an episode's tokens, or only
+its actions; code chunks always train every token, copy drills only their edit.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rlvr.agent.prompt import SYSTEM_PROMPT
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
 from rlvr.errors import ConfigError
+from rlvr.teachers.scripted import TERSE_RUN_TESTS
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ def _mutant(rng: random.Random, source: str, funcs: list[str], cache: dict):
 
 
 def _observation(rng: random.Random, path: str, func: str, mutated: str, bug_line: int,
-                 span: tuple[int, int]) -> str:
-    """A run_tests observation in the shape the agent sees (rlvr.agent.executor)."""
+                 span: tuple[int, int]) -> tuple[str, str]:
+    """A run_tests observation in the shape the agent sees (rlvr.agent.executor), and its
+    suspicious-lines section alone (what a copy drill shows)."""
     lines = mutated.split("\n")
     lo, hi = span
     others = [n for n in range(lo, hi + 1) if n != bug_line and lines[n - 1].strip()
@@ -101,16 +104,18 @@ def _observation(rng: random.Random, path: str, func: str, mutated: str, bug_lin
         f"{path}:{n}: {lines[n - 1].strip()}  [{n_fail} failing, "
         f"{0 if k <= rank else rng.randint(1, n_pass or 1)} passing]\n"
         for k, n in enumerate(shown))
+    suspects = f"{SUSPECTS_HEADER} (run by failing tests, not by passing ones):\n{listing}"
     return (f"{dots:<73}[100%]\n"
             f"{'=' * 35} FAILURES {'=' * 35}\n"
             f"{'_' * 20} {test} {'_' * 20}\n"
             f"tests/test_{module}.py:{rng.randint(5, 90)}: in {test}\n"
             f"    assert {func.split('.')[-1]}(...) == {rng.randint(-9, 99)}\n"
             f"E   AssertionError: assert {rng.randint(-9, 99)} == {rng.randint(-9, 99)}\n"
-            f"suspicious lines (run by failing tests, not by passing ones):\n{listing}"
+            f"{suspects}"
             f"{'=' * 27} short test summary info {'=' * 28}\n"
             f"FAILED tests/test_{module}.py::{test} - AssertionError\n"
-            f"{n_fail} failed, {n_pass} passed\n\n[pytest exit code 1]")
+            f"{n_fail} failed, {n_pass} passed\n\n[pytest exit code 1]",
+            suspects.removesuffix("\n"))
 
 
 @dataclass(frozen=True)
@@ -122,8 +127,8 @@ class RepairCase:
     op: str
     user: str
     observation: str
+    suspects: str         # the observation's suspicious-lines section
     edit: dict[str, Any]  # line-addressed edit args: {path, line, old, new}
-
 
 
 def _renamed(rng: random.Random, path: str) -> str:
@@ -172,10 +177,10 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
         if "line" not in args:
             continue
         span = function_lines(mutated, func)
-        obs = _observation(rng, path, func, mutated, args["line"], span)
+        obs, suspects = _observation(rng, path, func, mutated, args["line"], span)
         user = (f"A test fails in `{func.split('.')[-1]}`. Fix the bug.\n\n"
                 f"Public tests: tests/")
-        out.append(RepairCase(path, func, op, user, obs, args))
+        out.append(RepairCase(path, func, op, user, obs, suspects, args))
     return out
 
 
@@ -191,7 +196,7 @@ def synthetic_episodes(code: dict[str, str], codec: ChatCodec,
     for case in repair_cases(code, p.episodes, seed=p.seed, line_shift=p.line_shift,
                              rename_paths=p.rename_paths):
         why = describe_fix(case.op)
-        turns = [(format_tool_call("run_tests", {}, "Run the tests."), case.observation),
+        turns = [(format_tool_call("run_tests", {}, TERSE_RUN_TESTS), case.observation),
                  (format_tool_call("edit", case.edit, f"{why[:1].upper()}{why[1:]}."),
                   f"edited {case.path}"),
                  (format_tool_call("run_tests", {}, "Check."),
@@ -219,13 +224,10 @@ def copy_drills(code: dict[str, str], codec: ChatCodec,
     out = []
     for case in repair_cases(code, p.drills, seed=p.seed + 7, line_shift=p.line_shift,
                              rename_paths=p.rename_paths):
-        section = case.observation[case.observation.index(SUSPECTS_HEADER):]
-        section = section[:section.index("\n" + "=" * 10)] if "\n" + "=" * 10 in section \
-            else section
         ids = [*codec.header("user"), *codec.encode_text(case.user), codec.im_end,
                *codec.newline(), *codec.header("assistant"),
                *codec.encode_action(format_tool_call("run_tests", {})), codec.im_end,
-               *codec.observation_segment(section, close_turn=False)]
+               *codec.observation_segment(case.suspects, close_turn=False)]
         edit = [*codec.encode_action(format_tool_call("edit", case.edit)), codec.im_end]
         out.append((ids + edit, [0] * len(ids) + [1] * len(edit)))
     return out
@@ -240,7 +242,8 @@ def code_chunks(code: dict[str, str], codec: ChatCodec, size: int) -> list[list[
 
 
 def pretrain_rows(code: dict[str, str], codec: ChatCodec, p: PretrainParams) -> list[dict[str, Any]]:
-    """SFT_DATA-shaped rows (every token trained) for `rlvr.train.sft.train_sft`."""
+    """SFT_DATA-shaped rows for `rlvr.train.sft.train_sft`: synthetic episodes, copy drills and
+    code chunks, each with its loss mask (see `PretrainParams.train_on`)."""
     from rlvr.train.demos import demo_row, token_hash
 
     p.check()

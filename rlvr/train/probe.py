@@ -60,11 +60,12 @@ def copy_probe(cases: Sequence["RepairCase"], codec, *, max_new_tokens: int = 96
 
     from rlvr.agent.prompt import SYSTEM_PROMPT
     from rlvr.agent.tools import format_tool_call, parse_action
+    from rlvr.teachers.scripted import TERSE_RUN_TESTS
 
     prompts = []
     for case in cases:
         ids = codec.initial_prompt(SYSTEM_PROMPT, case.user)
-        ids += [*codec.encode_action(format_tool_call("run_tests", {}, "Run the tests.")),
+        ids += [*codec.encode_action(format_tool_call("run_tests", {}, TERSE_RUN_TESTS)),
                 codec.im_end]
         prompts.append(ids + codec.observation_segment(case.observation, close_turn=False))
     keys = ("parsed", "edit", "path_flagged", "line_flagged", "bug_line", "old_in_line")

@@ -1,0 +1,109 @@
+"""The initial policy directory: build the CPU-default LM (and pretrain it) or import a real
+checkpoint. The `init_policy` stage and the learning sweep (bench/learning_sweep.py) both
+build through here, so a sweep point is the pipeline's policy with only the swept knob changed.
+
+`kind: local` builds the CPU-default policy (BPE tokenizer trained on the repo's code +
+synthetic tool-call transcripts, seeded random Qwen2/Llama-style LM), then optionally
+pretrains it (`rlvr.train.pretrain`); `kind: path` copies an existing HF causal-LM directory
+(e.g. a Qwen2.5-Coder checkpoint on a GPU box) after checking it speaks the shared chat
+format. Either way the output is an ordinary HF directory that every later stage loads with
+`rlvr.engines.model_dir.load_policy`.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Collection, Literal, Sequence
+
+from rlvr.engines.local_policy import (SPECIAL_TOKENS, BuildReport, build_local_policy,
+                                       policy_corpus, replace_dir)
+from rlvr.engines.model_dir import (ModelDirError, count_parameters, load_tokenizer,
+                                    weights_fingerprint)
+from rlvr.train.pretrain import PretrainParams, pretrain_policy, training_code
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """`policy` in params.yaml."""
+
+    kind: Literal["local", "path"] = "local"
+    path: str = ""  # kind=path: an existing local HF causal-LM directory
+    seed: int = 0   # tokenizer corpus sampling and weight init
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    vocab_size: int = 4096
+    hidden_size: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate_size: int = 512
+    max_position_embeddings: int = 8192
+    synthetic_samples: int = 200  # synthetic tool-call transcripts in the tokenizer corpus
+    # next-token pretraining on the training families' code and synthetic repair episodes
+    # (rlvr.train.pretrain): teaches the random-init default to copy from its context
+    pretrain: PretrainParams = field(default_factory=PretrainParams)
+
+
+def build_random_policy(params: PolicyParams, out_dir: Path, texts: Sequence[str]) -> BuildReport:
+    """The seeded random LM + tokenizer trained on `texts`, sized by `params`."""
+    return build_local_policy(
+        out_dir, texts, seed=params.seed, vocab_size=params.vocab_size,
+        hidden_size=params.hidden_size, layers=params.layers, heads=params.heads,
+        kv_heads=params.kv_heads, intermediate_size=params.intermediate_size,
+        max_position_embeddings=params.max_position_embeddings, arch=params.arch)
+
+
+def init_policy(params: PolicyParams, out_dir: Path, root: Path = Path("."),
+                evaluation_families: Collection[str] = (),
+                log: Callable[[int, dict], None] | None = None) -> dict:
+    """Write the initial policy to `out_dir`; its metrics. `evaluation_families` (held-out +
+    regression) never reach the tokenizer corpus nor the pretraining code."""
+    if params.kind == "local":
+        texts, corpus = policy_corpus(root, seed=params.seed,
+                                      synthetic_samples=params.synthetic_samples,
+                                      exclude_families=evaluation_families)
+        built = out_dir.with_name(f".{out_dir.name}.random") if params.pretrain.steps \
+            else out_dir
+        report = build_random_policy(params, built, texts)
+        metrics = {**corpus, "corpus_tokens": report.corpus_tokens,
+                   "chars_per_token": report.chars_per_token}
+        if params.pretrain.steps:
+            code = training_code(root, evaluation_families)
+            result, n_seq = pretrain_policy(built, out_dir, code, params.pretrain, log=log)
+            shutil.rmtree(built, ignore_errors=True)
+            metrics["pretrain"] = {"sequences": n_seq, "steps": result.steps,
+                                   "tokens": result.tokens,
+                                   "final_loss": round(result.train_loss, 4)}
+    else:
+        if not params.path:
+            raise ModelDirError("policy.path: required when policy.kind is 'path'")
+        check_chat_tokens(Path(params.path))
+        copy_model_dir(Path(params.path), out_dir)
+        metrics = {}
+    tokenizer = load_tokenizer(out_dir)
+    metrics.update({"kind": params.kind, "param_count": count_parameters(out_dir),
+                    "vocab_size": len(tokenizer), "policy_version": weights_fingerprint(out_dir)})
+    return metrics
+
+
+def check_chat_tokens(model_dir: Path) -> None:
+    """The harness speaks one chat format; its markers must be single tokens."""
+    vocab = load_tokenizer(model_dir).get_vocab()
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ModelDirError(f"{model_dir}: tokenizer lacks {missing} as single tokens; the shared "
+                            "chat / tool-call format (CONTRIBUTING.md) needs them")
+
+
+def copy_model_dir(src: Path, dest: Path) -> None:
+    """Copy (resolving symlinks, e.g. HF cache snapshots) beside dest, then swap it in."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(src, tmp, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(".git", ".cache", "*.lock"))
+        replace_dir(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
