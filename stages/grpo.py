@@ -41,13 +41,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="checkpoints and rollout shards (kept for resumption)")
     p.add_argument("--metrics", type=Path, required=True)
     p.add_argument("--plots", type=Path, required=True, help="dashboard curves CSV")
+    p.add_argument("--png", type=Path, default=None, help="the same curves as a PNG")
     args = p.parse_args(argv)
     params = load_grpo_params(args.params)
     rollout, sandbox = load_rollout_params(args.params)
     tasks = select_tasks(args.tasks, params.split, params.max_tasks, params.seed)
     verify = VerifyParams(seed=params.verify_seed, consensus_runs=params.consensus_runs)
     inputs = {"base": args.base, **{f"tasks{i}": t for i, t in enumerate(args.tasks)}}
-    outputs = {"policy": args.out, "plots": args.plots}
+    outputs = {"policy": args.out, "plots": args.plots, "png": args.png}
     with stage_run("grpo", params, sections=("grpo", "rollout", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
                    metrics_path=args.metrics) as run, \
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
 
         result = train_grpo(args.base, tasks, params, rollout, sandbox, args.out, args.work,
                             verifier=verifier, log=run.log_step)
-        write_loss_csv(args.plots, result.curves, columns=PLOT_COLUMNS)
+        write_loss_csv(args.plots, result.curves, columns=PLOT_COLUMNS, png=args.png,
+                       title="grpo")
         last = result.curves[-1] if result.curves else {}
         run.log_metrics({
             "steps": result.steps, "policy_step": result.policy_step,

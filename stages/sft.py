@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--drops-out", type=Path, required=True)
     p.add_argument("--metrics", type=Path, required=True)
     p.add_argument("--plots", type=Path, required=True, help="loss curves CSV")
+    p.add_argument("--png", type=Path, default=None, help="the same curves as a PNG")
     args = p.parse_args(argv)
     params = load_sft_params(args.params)
     rollout, sandbox = load_rollout_params(args.params)
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     inputs = {"trajectories": args.trajectories, "base": args.base,
               **{f"tasks{i}": t for i, t in enumerate(args.tasks)}}
     outputs = {"policy": args.out, "data": args.data_out, "drops": args.drops_out,
-               "plots": args.plots}
+               "plots": args.plots, "png": args.png}
     with stage_run("sft", params, sections=("sft", "rollout", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
                    metrics_path=args.metrics) as run:
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         result = train_sft(args.base, selection.train, selection.val, params, args.out,
                            log=curves, on_eval=on_eval)
         write_loss_csv(args.plots, curves.rows,
-                       columns=("step", "train/loss", "val/loss", "eval/parse_error_rate"))
+                       columns=("step", "train/loss", "val/loss", "eval/parse_error_rate"),
+                       png=args.png, title="sft")
         run.log_metrics({"demonstrations": selection.summary(), "steps": result.steps,
                          "stop_reason": result.stop_reason, "train_loss": result.train_loss,
                          "val_loss": result.val_loss, "tokens": result.tokens,

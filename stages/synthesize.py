@@ -17,6 +17,7 @@ import pyarrow as pa
 import rlvr.artifacts.schemas  # noqa: F401  (registers the synth_yield contract)
 from rlvr.artifacts.contracts import check as check_contract
 from rlvr.artifacts.io import write_text
+from rlvr.artifacts.plots import heatmap_png
 from rlvr.config import load_section
 from rlvr.errors import exit_on_error
 from rlvr.sandbox.params import SandboxParams
@@ -94,11 +95,14 @@ def yield_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def write_outputs(result: SynthResult, out: Path, plots: Path) -> None:
+def write_outputs(result: SynthResult, out: Path, plots: Path, png: Path | None = None) -> None:
     rows = result.yield_rows()
     check_contract("synth_yield", pa.Table.from_pylist(rows), where=str(plots))
     save_pool(out, result.accepted, result.rejections)
     write_text(plots, yield_csv(rows))
+    if png is not None:
+        heatmap_png(rows, png, row="family", col="operator", value="yield",
+                    title="synthesis yield (accepted / candidates)")
 
 
 @exit_on_error
@@ -108,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("artifacts/tasks_synthetic.parquet"))
     p.add_argument("--metrics", type=Path, default=Path("metrics/synthesize.json"))
     p.add_argument("--plots", type=Path, default=Path("plots/synthesize_yield.csv"))
+    p.add_argument("--png", type=Path, default=None, help="the yield table as a PNG heatmap")
     p.add_argument("--known", type=Path, action="append", default=[],
                    help="a tasks Parquet already in the pool (repeatable): duplicates of its "
                         "tasks are rejected")
@@ -115,12 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     params = load_params(args.params)
     known = known_tasks(args.known)
     inputs = {"seeds": args.seeds, **{f"known{i}": path for i, path in enumerate(args.known)}}
-    outputs = {"tasks": args.out, "rejections": rejections_path(args.out), "plots": args.plots}
+    outputs = {"tasks": args.out, "rejections": rejections_path(args.out), "plots": args.plots,
+               "png": args.png}
     with stage_run("synthesize", params, sections=("synthesize", "curate", "split", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
                    metrics_path=args.metrics) as run:
         result = run_synthesis(args.seeds, params, known)
-        write_outputs(result, args.out, args.plots)
+        write_outputs(result, args.out, args.plots, args.png)
         run.log_metrics(result.stats())
         run.log_artifact(args.metrics)
         run.log_artifact(args.plots)

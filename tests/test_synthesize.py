@@ -255,9 +255,11 @@ def _run_stage(root: Path, params: Path) -> dict[str, Path]:
     from stages.synthesize import main
 
     out = {"tasks": root / "tasks.parquet", "metrics": root / "metrics.json",
-           "plots": root / "yield.csv", "rejections": root / "tasks.rejections.parquet"}
+           "plots": root / "yield.csv", "rejections": root / "tasks.rejections.parquet",
+           "png": root / "yield.png"}
     main(["--params", str(params), "--seeds", str(root.parent / "seeds"), "--out",
-          str(out["tasks"]), "--metrics", str(out["metrics"]), "--plots", str(out["plots"])])
+          str(out["tasks"]), "--metrics", str(out["metrics"]), "--plots", str(out["plots"]),
+          "--png", str(out["png"])])
     return out
 
 
@@ -284,7 +286,7 @@ def _sha(path: Path) -> str:
 
 def test_same_seed_and_inputs_give_byte_identical_outputs(stage_runs):
     _, (one, two) = stage_runs
-    for key in ("tasks", "rejections", "plots"):
+    for key in ("tasks", "rejections", "plots", "png"):
         assert _sha(one[key]) == _sha(two[key]), key
 
 

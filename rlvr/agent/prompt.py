@@ -11,6 +11,10 @@ import hashlib
 
 from rlvr.tasks.model import Task
 
+# The reasoning of the terse scripted teacher's first call (run_tests); pretraining and the
+# copy probe open their synthetic episodes with the same words, so the student sees one form.
+TERSE_RUN_TESTS = "Run the tests."
+
 SYSTEM_PROMPT = """\
 You fix a bug in a Python repository. Each turn: think briefly, then call exactly one tool:
 <tool_call>{"name": "<tool>", "args": {...}}</tool_call>

@@ -373,13 +373,11 @@ def write_plots(table: Sequence[Mapping[str, Any]], png: Path | str | None,
         write_text(csv_path, buf.getvalue())
     if png is None:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from rlvr.artifacts.io import atomic_path
+    from rlvr.artifacts.plots import pyplot, save_png
+
+    plt = pyplot()
 
     tiers = [t for t in EVAL_TIERS if any(r["tier"] == t for r in table)] or ["(none)"]
     fig, axes = plt.subplots(1, len(tiers), figsize=(4 * len(tiers), 3.4), squeeze=False,
@@ -404,6 +402,4 @@ def write_plots(table: Sequence[Mapping[str, Any]], png: Path | str | None,
     axes[0][0].set_ylabel("rate")
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, png)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlvr.artifacts.io import atomic_path, write_text
+from rlvr.artifacts.io import write_text
+from rlvr.artifacts.plots import pyplot, save_png
 from rlvr.evaluate.report import pass_at_k_table
 from rlvr.evaluate.report import write_plots as write_pass_at_k
 from rlvr.gate.inputs import TrainingMetrics
@@ -156,12 +157,7 @@ def write_plots(plots_dir: Path | str, candidate_rows: Sequence[Mapping[str, Any
     curves = [(label, key, training.series(key)) for label, key in wanted if training.series(key)]
     if not curves:
         return out
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(curves), figsize=(3.6 * len(curves), 3.0), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(curves), figsize=(3.6 * len(curves), 3.0), squeeze=False)
     for ax, (label, key, series) in zip(axes[0], curves):
         ax.plot([s for s, _ in series], [v for _, v in series], marker="o", markersize=3)
         ax.set_title(f"{label} ({key})", fontsize=8)
@@ -169,9 +165,7 @@ def write_plots(plots_dir: Path | str, candidate_rows: Sequence[Mapping[str, Any
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = plots_dir / "training_curves.png"
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, path)
     out["candidate training curves"] = path
     return out
 

@@ -46,13 +46,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from rlvr.agent.observations import suspicious_lines
+from rlvr.agent.prompt import TERSE_RUN_TESTS
 from rlvr.agent.tools import format_tool_call
 from rlvr.tasks.model import Task
 
 VERSION = "2"
-# The terse teacher's first action's reasoning; pretraining and the copy probe open their
-# synthetic episodes with the same call, so the student sees one form of it.
-TERSE_RUN_TESTS = "Run the tests."
 
 _FRAME = re.compile(r"^([\w./-]+\.py):(\d+): in (\w+)", re.M)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py)::(\w+)", re.M)

@@ -25,7 +25,7 @@ from rlvr.agent.prompt import SYSTEM_PROMPT
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
 from rlvr.errors import ConfigError
-from rlvr.teachers.scripted import TERSE_RUN_TESTS
+from rlvr.agent.prompt import TERSE_RUN_TESTS
 
 
 @dataclass(frozen=True)

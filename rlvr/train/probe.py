@@ -60,7 +60,7 @@ def copy_probe(cases: Sequence["RepairCase"], codec, *, max_new_tokens: int = 96
 
     from rlvr.agent.prompt import SYSTEM_PROMPT
     from rlvr.agent.tools import format_tool_call, parse_action
-    from rlvr.teachers.scripted import TERSE_RUN_TESTS
+    from rlvr.agent.prompt import TERSE_RUN_TESTS
 
     prompts = []
     for case in cases:

@@ -500,10 +500,12 @@ def _readme(card: dict[str, Any]) -> str:
 
 
 def write_loss_csv(path: Path | str, rows: Sequence[dict[str, Any]],
-                   columns: Sequence[str] = ("step", "train/loss", "val/loss")) -> None:
+                   columns: Sequence[str] = ("step", "train/loss", "val/loss"),
+                   png: Path | str | None = None, title: str = "") -> None:
     """A DVC plots CSV of loss curves (one row per logged step; empty cell = not measured at
-    that step), written atomically. `rows`: dicts with a `step` key, e.g. collected from the
-    `log` callback with `LossCurves`."""
+    that step), written atomically, and optionally the same curves as a PNG (renders offline,
+    `rlvr.artifacts.plots`). `rows`: dicts with a `step` key, e.g. collected from the `log`
+    callback with `LossCurves`."""
     import csv
     import io
 
@@ -520,6 +522,10 @@ def write_loss_csv(path: Path | str, rows: Sequence[dict[str, Any]],
         w.writerow([step if c == "step" else
                     ("" if r.get(c) is None else f"{float(r[c]):.6g}") for c in columns])
     write_text(path, buf.getvalue())
+    if png is not None:
+        from rlvr.artifacts.plots import curves_png
+
+        curves_png(list(csv.DictReader(io.StringIO(buf.getvalue()))), png, title=title)
 
 
 class LossCurves:
