@@ -96,7 +96,7 @@ def test_rule4_test_flaky_on_reference_is_quarantined(tmp_path, enclave):
     assert not isinstance(task, Rejection), task.detail
     (test_id, reason), = task.quarantined
     assert test_id == "test_hidden.py::test_sometimes"
-    assert "flaky on reference" in reason
+    assert reason.startswith("flaky_suite:") and "flaky on reference" in reason
     assert test_id not in task.graded_tests
 
 
@@ -140,3 +140,71 @@ def test_split_is_assigned_by_family(tmp_path, enclave):
     task = _curate(write_task(tmp_path), enclave, params)
     assert task.split == "heldout"
 
+
+
+# ---- diagnostics in the rejection log (issue 12) -----------------------------------------
+def test_reference_failure_names_the_failing_tests(tmp_path, enclave):
+    still_wrong = BUGGY_CORE.replace("    if x > high:\n        return low",
+                                     "    if x > high:\n        return high + 1")
+    rej = _rejected(_curate(write_task(tmp_path, fixed=still_wrong), enclave), "reference_fails")
+    assert rej.tests == ("test_hidden.py::test_clamp_above",)
+    assert "test_hidden.py::test_clamp_above" in rej.detail
+    row = rej.to_row()
+    assert row["tests"] == ["test_hidden.py::test_clamp_above"] and row["flags"] == []
+
+
+def test_hidden_module_that_fails_to_import_is_a_named_error(tmp_path, enclave):
+    broken = "from mini.core import clamp, missing_name\n\ndef test_a():\n    assert clamp(1, 0, 2) == 1\n"
+    task_dir = write_task(tmp_path, hidden={"test_hidden.py": HIDDEN_TEST,
+                                            "test_broken.py": broken})
+    rej = _rejected(_curate(task_dir, enclave), "hidden_import_error")
+    assert rej.tests == ("test_broken.py",)
+    assert "test_broken.py" in rej.detail
+    assert "missing_name" in rej.error      # the import error a plain pytest run reports
+
+
+def test_public_tests_the_agent_cannot_run_are_rejected(tmp_path, enclave):
+    # The public test file defines no tests: the agent's run_tests ends "no tests collected".
+    no_tests = "from mini.core import clamp\n\n\ndef helper():\n    return clamp(1, 0, 2)\n"
+    rej = _rejected(_curate(write_task(tmp_path, public=no_tests), enclave),
+                    "public_tests_unrunnable")
+    assert "no tests collected" in rej.detail and "exit 5" in rej.detail
+    assert rej.tests == ("tests/test_public.py",)
+
+
+MANY_FLAKY = HIDDEN_TEST + "\n\nimport random\n" + "".join(
+    f"\n\ndef test_flaky_{i}():\n    assert random.random() < 0.8\n" for i in range(12))
+
+
+def test_phase2_catches_flaky_tests_the_first_runs_missed(tmp_path, enclave):
+    # 12 tests failing 20% of the time (seeded per run and test id): the 5 phase-1 runs miss
+    # some (each with probability 0.33); the 14 runs of both phases miss far fewer.
+    task_dir = write_task(tmp_path, hidden={"test_hidden.py": MANY_FLAKY})
+    old = _curate(task_dir, enclave, CurationParams(max_mutants=0, flaky_catch=0.0,
+                                                    max_flaky_share=1.0))
+    new = _curate(task_dir, enclave, CurationParams(max_mutants=0, max_flaky_share=1.0))
+    assert not isinstance(new, Rejection), new.detail
+    assert old.checks["reference_runs"] == 5 and new.checks["reference_runs"] == 14
+    assert new.checks["flaky_catch_probability"] == 0.956
+    assert old.quarantined_ids < new.quarantined_ids
+    assert all(t.startswith("test_hidden.py::test_flaky_") for t in new.quarantined_ids)
+    assert "test_hidden.py::test_clamp_above" in new.fail_to_pass
+
+
+def test_mostly_flaky_suite_is_rejected_as_flaky_suite_not_reference_fails(tmp_path, enclave):
+    rej = _rejected(_curate(write_task(tmp_path, hidden={"test_hidden.py": MANY_FLAKY}),
+                            enclave, CurationParams(max_mutants=0, max_flaky_share=0.25)),
+                    "flaky_suite")
+    assert rej.tests and all(t.startswith("test_hidden.py::test_flaky_") for t in rej.tests)
+    assert rej.error.startswith("flaky_suite: flaky on reference, passed ")
+
+
+def test_flaky_params_are_checked():
+    from rlvr.errors import ConfigError
+
+    assert CurationParams().total_reference_runs == 14
+    assert CurationParams(flaky_catch=0.0).total_reference_runs == 5
+    for bad in ({"flaky_rate": 0.0}, {"flaky_catch": 1.0}, {"reference_runs": 0},
+                {"max_flaky_share": 1.5}):
+        with pytest.raises(ConfigError, match="curate."):
+            CurationParams(**bad)

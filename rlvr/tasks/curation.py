@@ -2,8 +2,13 @@
 
 For every candidate: FAIL_TO_PASS / PASS_TO_PASS come from running the hidden suite on the
 buggy and on the fixed state; the fixed state is re-run with other seeds and shuffled order
-and any test whose outcome varies is quarantined; then the six distinguishability rules.
-A rejected candidate becomes a `Rejection` with its reason: nothing is dropped silently.
+and any test whose outcome varies is quarantined (a sequential two-phase rule sized to catch
+a 20%-flaky test with probability >= 0.95: `rlvr.tasks.flaky`); then the six
+distinguishability rules, a check that every hidden module collected, and one that the
+public tests run in the agent's own sandbox. A rejected candidate becomes a `Rejection` with
+its reason, the test ids at fault, the enclave's flags and a short error line: nothing is
+dropped silently, and the log says what to fix (`rlvr tasks rejections FILE` prints it,
+`rlvr tasks check DIR` shows every state's per-test outcomes).
 
 Suite runs are cached by *state* (hash of the files after the patch) + hidden suite + seed,
 so the many tasks of one seed family share their reference runs and sibling mutants.
@@ -21,8 +26,11 @@ from typing import Callable, Mapping, Sequence
 
 from rlvr.config import load_section
 from rlvr.enclave import Enclave
-from rlvr.errors import PatchFormatError
+from rlvr.enclave.core import run_seed
+from rlvr.errors import ConfigError, PatchFormatError
 from rlvr.sandbox.params import SandboxParams
+from rlvr.tasks import flaky
+from rlvr.tasks.flaky import catch_probability, runs_needed
 from rlvr.tasks.model import Task, content_hash, files_hash
 from rlvr.tasks.patches import apply_patch, make_patch
 from rlvr.tasks.splits import SplitParams, assign_split
@@ -32,26 +40,70 @@ from rlvr.tasks.wrong import wrong_solutions
 @dataclass(frozen=True)
 class CurationParams:
     seed: int = 0
-    reference_runs: int = 5          # rule 4: N seeded, shuffled runs of the fixed state
+    # rule 4, phase 1: whole-suite seeded, shuffled runs of the fixed state for every
+    # candidate (test discovery, deterministic failures, first flakes)
+    reference_runs: int = 5
+    # rule 4, phase 2 (`rlvr.tasks.flaky`): a candidate that passed every cheap rule gets
+    # runs of its graded tests until a test failing `flaky_rate` of the time is caught with
+    # probability >= `flaky_catch` (0.2 / 0.95 -> 14 runs in all: P = 0.956; the old
+    # 5-run rule caught it with P = 0.672). flaky_catch 0 = phase 1 only.
+    flaky_rate: float = 0.2
+    flaky_catch: float = 0.95
+    # more than this share of the hidden tests flaky on the reference: the suite, not a few
+    # tests, is unreliable -> rejected as `flaky_suite` (naming the tests) instead of
+    # quarantining most of it
+    max_flaky_share: float = 0.5
+    # the public tests must run in the agent's sandbox (its `run_tests`) on the buggy state:
+    # a pytest usage error / internal error / "no tests collected" -> `public_tests_unrunnable`
+    check_public_tests: bool = True
     max_mutants: int = 4             # rule 3: other mutants of each changed function
     min_mutant_kill_rate: float = 0.5  # share of those the hidden suite must reject
     min_instruction_leak_chars: int = 8  # rule 6: added lines at least this long are checked
     split: SplitParams = field(default_factory=SplitParams)
 
+    def __post_init__(self) -> None:
+        if self.reference_runs < 1:
+            raise ConfigError("curate.reference_runs: must be >= 1")
+        if not 0.0 < self.flaky_rate < 1.0:
+            raise ConfigError("curate.flaky_rate: must be in (0, 1)")
+        if not 0.0 <= self.flaky_catch < 1.0:
+            raise ConfigError("curate.flaky_catch: must be in [0, 1) (0 = phase 1 only)")
+        if not 0.0 <= self.max_flaky_share <= 1.0:
+            raise ConfigError("curate.max_flaky_share: must be in [0, 1]")
+
+    @property
+    def total_reference_runs(self) -> int:
+        """Runs of the fixed state an accepted candidate gets (phase 1 + phase 2)."""
+        return max(self.reference_runs, runs_needed(self.flaky_rate, self.flaky_catch))
+
 
 @dataclass(frozen=True)
 class Rejection:
+    """One refused candidate. `tests` names the hidden (or public) test ids at fault,
+    `flags` the enclave's safety flags of the deciding run(s), `error` a short error line
+    (the enclave's or a diagnostic run's): an author can act on the log without re-running."""
+
     task_id: str
     family: str
     source: str
     reason: str
     detail: str
     provenance: dict
+    tests: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    error: str = ""
 
     def to_row(self) -> dict:
         return {"task_id": self.task_id, "family": self.family, "source": self.source,
                 "reason": self.reason, "detail": self.detail,
-                "provenance": json.dumps(self.provenance, sort_keys=True)}
+                "provenance": json.dumps(self.provenance, sort_keys=True),
+                "tests": list(self.tests), "flags": list(self.flags), "error": self.error}
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Rejection":
+        return cls(row["task_id"], row["family"], row["source"], row["reason"], row["detail"],
+                   json.loads(row["provenance"] or "{}"), tuple(row.get("tests") or ()),
+                   tuple(row.get("flags") or ()), row.get("error") or "")
 
 
 @dataclass
@@ -72,10 +124,12 @@ class CurationResult:
 
 
 class OutcomeCache:
-    """Memoises `enclave.run_suite` by (state, hidden suite, seed, shuffle, tests)."""
+    """Memoises `enclave.run_suite` by (state, hidden suite, seed, shuffle, tests), and the
+    agent-side public-test check by what decides whether pytest can run at all."""
 
     def __init__(self) -> None:
         self._runs: dict[str, object] = {}
+        self._public: dict[str, object] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -96,11 +150,56 @@ class OutcomeCache:
             self._runs.setdefault(key, run)
         return run
 
+    def public_run(self, task: Task, enclave):
+        """`rlvr.tasks.check.public_tests_run` of `task`'s buggy state, shared by the tasks
+        whose public tests and pytest configuration files are the same (every mutant of a
+        family): whether pytest *runs* them (exit 3/4/5 or not) depends on those, unless a
+        conftest imports the code under test -- then the whole snapshot is the key."""
+        from rlvr.agent.workspace import CONFIG_NAMES
+        from rlvr.tasks.check import public_tests_run
+
+        if any(Path(p).name == "conftest.py" for p in task.repo_files):
+            basis = dict(task.repo_files)
+        else:
+            basis = {p: c for p, c in task.repo_files.items()
+                     if p in task.public_tests or Path(p).name in CONFIG_NAMES}
+        key = files_hash(basis) + ":" + ",".join(sorted(task.public_tests))
+        with self._lock:
+            if key in self._public:
+                return self._public[key]
+        outcome = public_tests_run(task, enclave.sandbox, enclave.limits)
+        with self._lock:
+            return self._public.setdefault(key, outcome)
+
 
 class _Reject(Exception):
-    def __init__(self, reason: str, detail: str):
+    def __init__(self, reason: str, detail: str, tests: Sequence[str] = (),
+                 flags: Sequence[str] = (), error: str = ""):
         super().__init__(detail)
         self.reason, self.detail = reason, detail
+        self.tests, self.flags, self.error = tuple(tests), tuple(flags), short_line(error)
+
+
+def short_line(text: str, limit: int = 200) -> str:
+    """The last non-empty line of `text` (where exceptions and pytest put the point),
+    cut to `limit` characters."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _flags(runs) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for run in runs:
+        for flag in run.safety_flags:
+            seen.setdefault(flag, None)
+    return tuple(seen)
+
+
+def hidden_test_modules(task: Task) -> list[str]:
+    """The hidden files pytest collects as test modules (test_*.py / *_test.py)."""
+    return sorted(p for p in task.hidden_tests if p.endswith(".py") and (
+        Path(p).name.startswith("test_") or Path(p).name.endswith("_test.py")))
 
 
 def leaked_lines(instruction: str, reference_patch: str, min_chars: int) -> list[str]:
@@ -120,73 +219,92 @@ def curate_one(task: Task, enclave, params: CurationParams,
         return _curate(task, enclave, params, cache, fixed_state)
     except _Reject as rej:
         return Rejection(task.task_id, task.family, task.source, rej.reason, rej.detail,
-                         task.provenance)
+                         task.provenance, rej.tests, rej.flags, rej.error)
 
 
 def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
             fixed_state: dict[str, str] | None) -> Task:
     leaks = leaked_lines(task.instruction, task.reference_patch, params.min_instruction_leak_chars)
     if leaks:
-        raise _Reject("instruction_leaks", f"instruction contains the fix line {leaks[0]!r}")
+        raise _Reject("instruction_leaks", f"instruction contains the fix line {leaks[0]!r}",
+                      error=leaks[0])
     try:
         fixed = fixed_state if fixed_state is not None else apply_patch(
             task.repo_files, task.reference_patch, f"{task.task_id}: reference patch")
     except PatchFormatError as exc:
-        raise _Reject("reference_fails", str(exc)) from None
-    seeds = [params.seed + 7919 * i for i in range(max(1, params.reference_runs))]
+        raise _Reject("reference_fails", str(exc), error=str(exc)) from None
+    n_min, n_total = params.reference_runs, params.total_reference_runs
+    seeds = [params.seed + 7919 * i for i in range(n_total)]
 
-    # Discover the hidden test ids on the fixed state, then run it N times (rule 4).
-    ref_runs = [cache.run(enclave, task, fixed, seed=s) for s in seeds]
-    bad = next((r for r in ref_runs if r.status != "ok"), None)
-    if bad is not None:
-        raise _Reject("reference_fails", f"fixed state run ended with status {bad.status}")
+    # Rule 4, phase 1: discover the hidden test ids on the fixed state, run it n_min times.
+    ref_runs = [cache.run(enclave, task, fixed, seed=s) for s in seeds[:n_min]]
+    _check_run_statuses(ref_runs, "fixed state")
     test_ids = sorted(set().union(*(r.outcomes for r in ref_runs)))
-    if not test_ids:
-        raise _Reject("reference_fails", "the hidden suite collected no tests")
-    quarantined = []
-    for tid in test_ids:
-        outcomes = [r.outcomes.get(tid, "missing") for r in ref_runs]
-        if len(set(outcomes)) > 1:
-            passes = outcomes.count("passed")
-            quarantined.append((tid, f"flaky on reference: passed {passes}/{len(outcomes)} "
-                                     "seeded shuffled runs"))
-    q_ids = {t for t, _ in quarantined}
-    stable = [t for t in test_ids if t not in q_ids]
-    failing_on_fix = [t for t in stable if ref_runs[0].outcomes.get(t) != "passed"]
-    if failing_on_fix:
+    _check_modules_collected(task, fixed, enclave, test_ids, _flags(ref_runs))
+    recs = flaky.records([r.outcomes for r in ref_runs], test_ids)
+    deterministic = [r.test_id for r in recs if r.passes == 0]
+    if deterministic:
         raise _Reject("reference_fails",
-                      f"{len(failing_on_fix)} hidden test(s) fail deterministically on the "
-                      "reference fix")
+                      f"{len(deterministic)} hidden test(s) fail in every one of {n_min} runs "
+                      f"of the reference fix: {', '.join(deterministic[:5])}",
+                      tests=deterministic, flags=_flags(ref_runs), error=ref_runs[0].detail)
 
-    # Rule 1: the buggy state is rejected by the hidden suite.
+    # Rules 1 and 5 on phase-1 evidence (cheap: one run of the buggy state).
     pristine = cache.run(enclave, task, task.repo_files, seed=seeds[0], tests=test_ids)
     if pristine.status != "ok":
         raise _Reject("no_pass_to_pass", f"the buggy state's run ended with status "
-                                         f"{pristine.status}: no per-test outcomes to grade")
-    fail_to_pass = [t for t in stable if pristine.outcomes.get(t) != "passed"]
-    pass_to_pass = [t for t in stable if t not in fail_to_pass]
-    flaky_f2p = [t for t in q_ids if pristine.outcomes.get(t) != "passed"]
-    if not fail_to_pass:
-        if flaky_f2p:
-            raise _Reject("nondeterministic_reference",
-                          "every test separating buggy from fixed is flaky on the reference")
-        raise _Reject("pristine_passes", "the buggy state passes the whole hidden suite")
-    # Rule 5: a regression guard exists.
-    if not pass_to_pass:
-        raise _Reject("no_pass_to_pass", "no hidden test passes on both the buggy and the "
-                                         "fixed state")
+                                         f"{pristine.status}: no per-test outcomes to grade",
+                      flags=pristine.safety_flags, error=pristine.detail)
+    _split_tests(recs, pristine, params)
+
+    # Rule 4, phase 2: only a candidate the cheap rules kept pays for the remaining runs,
+    # and only its graded tests run (a test that already disagreed is quarantined).
+    graded = [r.test_id for r in recs if not r.flaky]
+    more = [cache.run(enclave, task, fixed, seed=s, tests=graded) for s in seeds[n_min:]]
+    if more:
+        _check_run_statuses(ref_runs + more, "fixed state")
+        recs = flaky.merge(recs, [r.outcomes for r in more], graded)
+    fail_to_pass, pass_to_pass, quarantined = _split_tests(recs, pristine, params)
     curated = task.with_(fail_to_pass=tuple(fail_to_pass), pass_to_pass=tuple(pass_to_pass),
                          quarantined=tuple(quarantined))
 
     # Rule 2: the reference is accepted by the real grading path (patch policy, consensus).
-    verdict = enclave.verify(curated, curated.reference_patch, seed=params.seed)
-    if not verdict.success:
-        raise _Reject("reference_fails", f"verifier refused the reference: {verdict.reason}")
+    # A refusal is replayed run by run (same seeds) to name the tests; a test that passed
+    # every earlier run and fails here is flaky, caught by runs already paid for: it is
+    # quarantined and the verdict taken again (once). Not reproducible at all: flaky_suite.
+    for attempt in range(2):
+        verdict = enclave.verify(curated, curated.reference_patch, seed=params.seed)
+        if verdict.success:
+            break
+        graded = list(curated.graded_tests)
+        replays = [cache.run(enclave, curated, fixed, seed=run_seed(params.seed, i))
+                   for i in range(max(1, verdict.runs))]
+        failing = [t for t in graded if any(r.outcomes.get(t) != "passed" for r in replays)]
+        if verdict.reason == "tests_failed" and failing and attempt == 0:
+            recs = flaky.merge(recs, [r.outcomes for r in replays], failing)
+            fail_to_pass, pass_to_pass, quarantined = _split_tests(recs, pristine, params)
+            curated = curated.with_(fail_to_pass=tuple(fail_to_pass),
+                                    pass_to_pass=tuple(pass_to_pass),
+                                    quarantined=tuple(quarantined))
+            continue
+        if verdict.reason == "tests_failed" and not failing:
+            raise _Reject("flaky_suite", "verifier refused the reference (tests_failed) but "
+                          "replays of its runs pass every graded test", tests=graded,
+                          flags=verdict.safety_flags, error=verdict.detail)
+        raise _Reject("reference_fails", f"verifier refused the reference: {verdict.reason}"
+                      + (f" ({', '.join(failing[:5])})" if failing else ""),
+                      tests=failing, flags=verdict.safety_flags,
+                      error=verdict.detail or next((r.detail for r in replays if r.detail), ""))
 
     # Rule 3: deliberately wrong solutions are rejected.
     checks = _wrong_solution_checks(curated, fixed, enclave, params, cache, seeds[0])
+    if params.check_public_tests:
+        _check_public_tests(curated, enclave, cache)
     curated = curated.with_(checks={
-        "reference_runs": len(seeds),
+        "reference_runs": n_min + len(more),
+        "flaky_catch_probability": round(catch_probability(params.flaky_rate,
+                                                           n_min + len(more)), 4),
+        "verify_runs": verdict.runs,
         "fail_to_pass": len(fail_to_pass),
         "pass_to_pass": len(pass_to_pass),
         "quarantined": len(quarantined),
@@ -194,6 +312,85 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
         **checks,
     })
     return curated.with_(split=assign_split(curated.family, params.split, curated.provenance))
+
+
+def _check_run_statuses(runs, state: str) -> None:
+    """Every run ended `ok`, or the named rejection: all failed -> `reference_fails` (the
+    fix does not run), only some -> `flaky_suite` (the same state sometimes times out /
+    hits a limit: nondeterminism, not a wrong fix)."""
+    bad = [(i, r) for i, r in enumerate(runs) if r.status != "ok"]
+    if not bad:
+        return
+    i, first = bad[0]
+    if len(bad) == len(runs):
+        raise _Reject("reference_fails", f"{state} run ended with status {first.status}",
+                      flags=_flags(runs), error=first.detail)
+    raise _Reject("flaky_suite", f"{len(bad)}/{len(runs)} seeded runs of the {state} ended "
+                                 f"with status {first.status} (run {i}), the others ok",
+                  flags=_flags(runs), error=first.detail)
+
+
+def _check_modules_collected(task: Task, fixed: dict[str, str], enclave,
+                             test_ids: Sequence[str], flags: Sequence[str]) -> None:
+    """Every hidden test module contributes tests on the fixed state. The enclave turns a
+    module that cannot be imported into *no items* (its report would need traceback frames
+    the sealed runner refuses), so without this check such a module's tests would silently
+    not exist: `hidden_import_error`, naming the module, with the import error a trusted
+    diagnostic pytest run of the fixed state reports (`rlvr.tasks.check`)."""
+    empty = [m for m in hidden_test_modules(task)
+             if not any(t.startswith(m + "::") for t in test_ids)]
+    if not empty:
+        return
+    from rlvr.tasks.check import diagnose
+
+    errors = {}
+    try:
+        errors = diagnose(task, fixed, enclave.sandbox, limits=enclave.limits).collect_errors
+    except Exception as exc:  # noqa: BLE001 - the diagnosis only adds an error line
+        errors = {m: f"(no diagnosis: {type(exc).__name__}: {exc})" for m in empty}
+    error = next((errors[m] for m in empty if m in errors), "it defines no tests")
+    raise _Reject("hidden_import_error",
+                  f"hidden module {empty[0]} collected no tests on the reference fix "
+                  f"({len(empty)} module(s): {', '.join(empty)})",
+                  tests=empty, flags=flags, error=error)
+
+
+def _split_tests(recs: Sequence[flaky.TestRecord], pristine, params: CurationParams):
+    """FAIL_TO_PASS / PASS_TO_PASS / quarantine from the fixed-state records and the buggy
+    run, or the rejection they imply (rules 1, 4, 5; `flaky_suite`)."""
+    quarantined = [(r.test_id, r.describe()) for r in recs if r.flaky]
+    q_ids = [t for t, _ in quarantined]
+    if q_ids and len(q_ids) > params.max_flaky_share * len(recs):
+        raise _Reject("flaky_suite", f"{len(q_ids)}/{len(recs)} hidden tests are flaky on the "
+                      f"reference (max share {params.max_flaky_share:.0%}): "
+                      f"{', '.join(q_ids[:5])}", tests=q_ids, error=quarantined[0][1])
+    stable = [r.test_id for r in recs if not r.flaky]
+    fail_to_pass = [t for t in stable if pristine.outcomes.get(t) != "passed"]
+    pass_to_pass = [t for t in stable if t not in fail_to_pass]
+    flaky_f2p = [t for t in q_ids if pristine.outcomes.get(t) != "passed"]
+    if not fail_to_pass:
+        if flaky_f2p:
+            raise _Reject("nondeterministic_reference",
+                          "every test separating buggy from fixed is flaky on the reference: "
+                          f"{', '.join(flaky_f2p[:5])}", tests=flaky_f2p)
+        raise _Reject("pristine_passes", "the buggy state passes the whole hidden suite",
+                      tests=stable, flags=pristine.safety_flags)
+    # Rule 5: a regression guard exists.
+    if not pass_to_pass:
+        raise _Reject("no_pass_to_pass", "no hidden test passes on both the buggy and the "
+                                         "fixed state", tests=fail_to_pass,
+                      flags=pristine.safety_flags)
+    return fail_to_pass, pass_to_pass, quarantined
+
+
+def _check_public_tests(task: Task, enclave, cache: OutcomeCache) -> None:
+    """The agent can run its public tests: `run_tests` through the agent's own executor, in
+    the agent's sandbox, on the buggy state (`rlvr.tasks.check.public_tests_run`)."""
+    outcome = cache.public_run(task, enclave)
+    if not outcome.runnable:
+        raise _Reject("public_tests_unrunnable",
+                      f"the agent's run_tests on the buggy state: {outcome.problem}",
+                      tests=task.public_tests, error=outcome.error)
 
 
 def _wrong_solution_checks(task: Task, fixed: dict[str, str], enclave,
@@ -208,7 +405,8 @@ def _wrong_solution_checks(task: Task, fixed: dict[str, str], enclave,
             if verdict.success or verdict.reason != "patch_rejected":
                 raise _Reject("wrong_solution_passes",
                               f"{wrong.label}: a test-editing patch was not refused "
-                              f"(reason {verdict.reason})")
+                              f"(reason {verdict.reason})", flags=verdict.safety_flags,
+                              error=verdict.detail)
             continue
         run = cache.run(enclave, task, wrong.files, seed=seed, tests=graded)
         accepted = Enclave.judge(run, graded)[0] == "none"
@@ -218,13 +416,14 @@ def _wrong_solution_checks(task: Task, fixed: dict[str, str], enclave,
             if accepted:
                 survivors.append(wrong.label)
         elif accepted:
-            raise _Reject("wrong_solution_passes", f"{wrong.label}: accepted by the hidden suite")
+            raise _Reject("wrong_solution_passes", f"{wrong.label}: accepted by the hidden suite",
+                          tests=graded, flags=run.safety_flags)
     kill_rate = mutants_killed / mutants_total if mutants_total else 1.0
     if kill_rate < params.min_mutant_kill_rate:
         raise _Reject("wrong_solution_passes",
                       f"hidden suite rejects only {mutants_killed}/{mutants_total} other mutants "
                       f"of the fixed function(s) (min {params.min_mutant_kill_rate:.0%}); "
-                      f"survivors: {', '.join(survivors[:3])}")
+                      f"survivors: {', '.join(survivors[:3])}", error=", ".join(survivors))
     return {"wrong_solutions": len(wrongs), "mutants": mutants_total,
             "mutants_killed": mutants_killed, "mutant_survivors": survivors}
 
