@@ -63,6 +63,9 @@ REJECTION_REASONS = (
     "equivalent_mutant",    # synthesis: no test fails on the mutant
     "invalid_mutant",       # synthesis: mutant does not compile / import
     "split_leak",           # a held-out family's content would reach training
+    "hidden_import_error",  # a hidden test module collects no tests on the reference fix
+    "flaky_suite",          # the reference's runs disagree beyond quarantine (rule 4)
+    "public_tests_unrunnable",  # the agent's run_tests cannot run the public tests
 )
 REJECTIONS = pa.schema(
     [
@@ -72,6 +75,9 @@ REJECTIONS = pa.schema(
         ("reason", pa.string()),
         ("detail", pa.string()),
         ("provenance", pa.string()),
+        ("tests", pa.list_(pa.string())),   # the test ids at fault (named, not counted)
+        ("flags", pa.list_(pa.string())),   # the enclave's safety flags of the deciding runs
+        ("error", pa.string()),             # a short error line
     ]
 )
 register("rejections", [
