@@ -355,13 +355,39 @@ def test_stale_groups_are_dropped_and_logged_with_their_difficulty():
                      [row("a", 0, 1.0, 1), row("a", 1, 0.0, 1),    # Δv = 3 - 1 = 2: stale
                       row("b", 0, 1.0, 2), row("b", 1, 0.0, 2)],   # Δv = 1: admitted
                      {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
-    state = grpo._State(policy_step=3)
+    state = grpo._State(policy_step=3, published=[1, 2, 3])   # one optimizer step per version
     groups, _ = grpo.collect_groups(4, state, cur, lambda i: draw, params)
     assert [(g["task_id"], g["status"], g["staleness"], g["band"]) for g in groups] == [
         ("a", "stale", 2, "hard"), ("b", "accepted", 1, "band")]
     assert [g["status"] for g in state.ledger] == ["stale", "accepted"]
     assert state.draws == 1
     assert cur.stats["a"].count == 2          # a stale group's outcomes still inform p̂
+
+
+def test_staleness_counts_policy_versions_not_optimizer_steps():
+    """SPEC §7 Δv is in policy versions: with epochs 2 x mini_batches 2 every update is 4
+    optimizer steps but one version, so `max_staleness: 1` admits a draw sampled by the
+    weights one update behind and drops one two updates behind."""
+    from rlvr.train.curriculum import Curriculum
+
+    params = _params(max_staleness=1, epochs=2, mini_batches=2, groups_per_step=2,
+                     tasks_per_draw=3, max_draws=1)
+    cur = Curriculum(["a", "b", "c"], params.curriculum, 2, 0)
+    state = grpo._State(policy_step=8, published=[4, 8])   # versions: 0 (base), 4, 8
+
+    def row(task, i, step):
+        return {"group_id": f"{task}@s0", "task_id": task, "trajectory_id": f"{task}#{i}",
+                "reward": float(i == 0), "reward_outcome": float(i == 0), "policy_step": step,
+                "n_trainable_tokens": 10}
+
+    rows = [row("a", i, 8) for i in range(2)] + [row("b", i, 4) for i in range(2)] + [
+        row("c", i, 0) for i in range(2)]
+    draw = grpo.Draw(0, ["a", "b", "c"], dict.fromkeys("abc", "band"), dict.fromkeys("abc", 0.5),
+                     rows, {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
+    groups, _ = grpo.collect_groups(3, state, cur, lambda i: draw, params)
+    assert [(g["task_id"], g["staleness"], g["status"]) for g in groups] == [
+        ("a", 0, "accepted"), ("b", 1, "accepted"), ("c", 2, "stale")]
+    assert [grpo.versions_behind(state, k) for k in (0, 3, 4, 7, 8)] == [2, 2, 1, 1, 0]
 
 
 def test_async_mode_trains_from_a_bounded_queue(tmp_path, bwrap_sandbox):

@@ -8,15 +8,17 @@ The loop, per step k (`train_grpo`):
     rows    = apply_verdicts(rows, verdicts)                     SPEC §5 reward, overlong penalty
     groups  = informative groups (identical rewards dropped, logged); repeat the draw until
               groups_per_step are kept or max_draws were drawn
-    old_lp  = trainer forward, no grad, same layout as the update → ρ ≡ 1 on the first pass
-    for epoch, mini-batch: loss = grpo_loss(§7) ; backward per micro-batch ; optimizer step
+    for epoch, mini-batch: forward ; loss = grpo_loss(§7) ; backward per micro-batch ; step
+              (π_old = epoch 0's own detached forward → ρ ≡ 1 on the first pass; entropy
+              and sampler mismatch of the trained rows measured in that same forward)
     engine.sync_weights(θ_{k+1})                                 the sampler serves new weights
     dashboard + pathology flags → log(step, metrics) ; checkpoint
 
 Async (`max_staleness` > 0): a producer thread makes the draws (select, roll out, verify)
 ahead of the trainer into a bounded queue (`DrawProducer`); the trainer admits a group only
 if Δv = v_trainer − v_rollout <= max_staleness (else `stale`, counted per difficulty band),
-and hands new weights to the producer, which loads them between draws. π_old is then the
+Δv counted in policy versions — one per loop step that updated the weights, whatever its
+`epochs` x `mini_batches` optimizer steps (`versions_behind`) — and hands new weights to the producer, which loads them between draws. π_old is then the
 trainer's current weights (ρ ≡ 1 on the first pass still); TIS corrects the lag. The
 interleaving depends on timing, so the resume-equals-uninterrupted guarantee below is the
 synchronous mode's; an async resume restarts at the first draw the trainer had not taken.
@@ -26,9 +28,11 @@ The caller hands it a `verifier(tasks, patch_rows) -> verdict rows` (the stage b
 `rlvr.enclave.batch.verify_patches` to an open `Enclave`); only each submitted diff crosses,
 only verdicts come back.
 
-Ratio self-check: π_old is recomputed by the trainer's own forward pass on exactly the
-micro-batches the update uses, so on the first optimizer step of fresh data ρ ≡ 1 bit for
-bit (`train/first_pass_ratio_dev` is logged; it must be 0). The recorded behaviour logprobs
+Ratio self-check: π_old is the trainer's own forward pass on exactly the micro-batches the
+update uses (for the first mini-batch, the detached logprobs of its epoch-0 gradient
+forward; for later mini-batches a no-grad forward before the first optimizer step), so on
+the first optimizer step of fresh data ρ ≡ 1 bit for bit (`train/first_pass_ratio_dev` is
+logged; it must be 0). The recorded behaviour logprobs
 (sampler side) feed the truncated-IS weights and the mismatch metrics, never the ratio.
 
 Resumption: the run lives in `work_dir/<run key>/` (run key: everything the run depends on
@@ -113,6 +117,9 @@ class _State:
     policy_version: str = ""
     draws: int = 0
     entropy_coef: float = 0.0
+    published: list[int] = field(default_factory=list)
+    """policy_step of every policy version the trainer published (one per loop step that
+    updated the weights): Δv counts these, not optimizer steps (`versions_behind`)."""
     curves: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     curriculum: dict[str, Any] | None = None
@@ -199,27 +206,23 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
         torch.manual_seed(params.seed * 1_000_003 + step)
         groups, timing = collect_groups(step, state, curriculum, next_draw, params, lock)
         with lock:
-            metrics = {**timing, **rollout_metrics(groups, state.policy_step, curriculum)}
+            metrics = {**timing, **rollout_metrics(groups, state, curriculum)}
         if timing["time/rollout_s"] > 0:  # share of rollout wall time the engine generated
             metrics["time/generate_busy_fraction"] = (timing["time/generate_s"]
                                                       / timing["time/rollout_s"])
         t1 = time.perf_counter()
-        metrics.update(behaviour_metrics(model, [r for g in groups for r in g["rows"]],
-                                         scoring, params))
-        kept = [g for g in groups if g["status"] == "accepted"]
-        if kept:
-            upd = update_policy(model, backend, kept, params, scoring, reference,
-                                controller.coef, state.policy_step)
+        upd = train_on(model, backend, groups, params, scoring, reference, controller.coef,
+                       state.policy_step)
+        if upd["train/optimizer_steps"]:
             state.policy_step += int(upd["train/optimizer_steps"])
             state.policy_version = state_version(model)
+            state.published.append(state.policy_step)
             if producer is not None:  # loaded by the producer before its next draw
                 producer.publish(model.state_dict(), state.policy_version, state.policy_step)
             else:
                 acting.sync_weights(model.state_dict(), state.policy_version,
                                     state.policy_step)
-            metrics.update(upd)
-        else:
-            metrics["train/optimizer_steps"] = 0.0
+        metrics.update(upd)
         if controller.enabled and "train/entropy" in metrics:
             controller.step(metrics["train/entropy"])
         metrics["train/entropy_coef"] = controller.coef
@@ -240,6 +243,29 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
         step_seconds.append(metrics["time/step_s"])
         log(step, metrics)
     return state
+
+
+def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOParams,
+             scoring: SamplingParams, reference, entropy_coef: float, policy_step: int
+             ) -> dict[str, float]:
+    """The training half of a loop step on its drawn groups: the behaviour metrics of every
+    drawn rollout at the pre-update weights (`behaviour_metrics`) and, if a group was
+    accepted, the update on the accepted ones (`update_policy`; else
+    `train/optimizer_steps` = 0). The rows the update trains on are measured inside its
+    own first forward, the rest (dropped groups) by a no-grad pass before it, so no row is
+    scored twice; a model whose train mode differs from eval mode (dropout) gets the
+    separate eval-mode pass over every row instead."""
+    kept = [g for g in groups if g["status"] == "accepted"]
+    fused = bool(kept) and same_in_train_mode(model)
+    tally = behaviour_tally(model, [r for g in groups
+                                    if not (fused and g["status"] == "accepted")
+                                    for r in g["rows"]], scoring, params)
+    if kept:
+        out = update_policy(model, backend, kept, params, scoring, reference, entropy_coef,
+                            policy_step, tally=tally if fused else None)
+    else:
+        out = {"train/optimizer_steps": 0.0}
+    return {**out, **tally.metrics()}
 
 
 def rollout_params(rollout: RolloutParams, params: GRPOParams, base_dir: Path) -> RolloutParams:
@@ -298,6 +324,15 @@ def admit(rewards: list[float] | None, staleness: int, accepted: int, params: GR
     return "accepted" if accepted < params.groups_per_step else "surplus"
 
 
+def versions_behind(state: _State, rollout_step: int) -> int:
+    """Δv of SPEC §7 = v_trainer − v_rollout in policy versions: how many weight versions the
+    trainer published after the one (identified by its `policy_step`) that sampled the
+    rollout. One loop step's update is one version, however many optimizer steps
+    (`epochs` x `mini_batches`) it took, so `max_staleness: 1` admits a draw made with the
+    weights one update behind."""
+    return sum(rollout_step < p <= state.policy_step for p in state.published)
+
+
 def collect_groups(step: int, state: _State, curriculum: Curriculum,
                    next_draw: Callable[[int], Draw], params: GRPOParams,
                    lock: threading.Lock | None = None) -> tuple[list[dict], dict[str, float]]:
@@ -322,7 +357,7 @@ def collect_groups(step: int, state: _State, curriculum: Curriculum,
             with lock or contextlib.nullcontext():
                 curriculum.update(task_id, [r["reward_outcome"] for r in members])
             rewards = final_rewards(members, params)
-            staleness = state.policy_step - min(int(r["policy_step"]) for r in members)
+            staleness = versions_behind(state, min(int(r["policy_step"]) for r in members))
             status = admit(rewards, staleness, accepted, params)
             accepted += status == "accepted"
             group = {"step": step, "draw": draw.index, "group_id": gid, "task_id": task_id,
@@ -460,10 +495,65 @@ def split_groups(n_groups: int, parts: int) -> list[list[int]]:
     return [list(range(bounds[i], bounds[i + 1])) for i in range(parts)]
 
 
+@dataclass
+class BehaviourTally:
+    """Running sums of the behaviour-policy metrics (`behaviour_metrics`) over the policy
+    tokens scored so far, so the rows the update trains on can be measured inside the
+    update's own first forward pass (no second forward) and the other drawn rows by a
+    no-grad pass; `metrics()` gives the same numbers as one pass over all of them."""
+
+    entropy_sum: float = 0.0
+    tokens: float = 0.0
+    trainer: list[torch.Tensor] = field(default_factory=list)    # [n] logprobs per batch
+    behaviour: list[torch.Tensor] = field(default_factory=list)  # [n] recorded, same tokens
+
+    def add(self, entropy: torch.Tensor, logprobs: torch.Tensor, behaviour: torch.Tensor,
+            mask: torch.Tensor) -> None:
+        """One scored batch: [b, T] entropy, trainer and behaviour logprobs, policy mask."""
+        self.entropy_sum += float(entropy.detach()[mask].sum())
+        self.tokens += float(mask.sum())
+        self.trainer.append(logprobs.detach()[mask])
+        self.behaviour.append(behaviour[mask])
+
+    def metrics(self) -> dict[str, float]:
+        if not self.trainer:
+            return {}
+        t, beh = torch.cat(self.trainer)[None], torch.cat(self.behaviour)[None]
+        mm = logprob_mismatch(t, beh, torch.ones_like(t, dtype=torch.bool))
+        return {"train/entropy": self.entropy_sum / self.tokens if self.tokens else 0.0,
+                **{f"train/mismatch/{k}": v for k, v in mm.items()}}
+
+
+def same_in_train_mode(model) -> bool:
+    """Whether the model computes the same function in train and eval mode (no active
+    dropout), so a forward of the update (train mode) can stand in for the behaviour
+    policy's (eval mode) in the logged metrics."""
+    cfg = getattr(model, "config", None)
+    for key in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop",
+                "attn_pdrop", "dropout"):
+        if float(getattr(cfg, key, 0.0) or 0.0) > 0:
+            return False
+    return not any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+                   for m in model.modules())
+
+
 def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOParams,
                   scoring: SamplingParams, reference, entropy_coef: float,
-                  policy_step: int) -> dict[str, float]:
+                  policy_step: int, tally: BehaviourTally | None = None) -> dict[str, float]:
     """`epochs` x `mini_batches` optimizer steps of the SPEC §7 loss on the accepted groups.
+
+    π_old (the weights before this update) costs no forward of its own where it need not:
+    the first mini-batch's gradient forward of epoch 0 runs at exactly those weights, so its
+    detached logprobs are π_old (ρ ≡ 1 bit for bit on that pass) and are reused by later
+    epochs; only mini-batches after the first (whose epoch-0 forward comes after an
+    optimizer step) get a no-grad π_old forward, before the first step. So with one
+    mini-batch every optimizer step is one forward + backward per micro-batch.
+
+    The entropy enters the graph only when its coefficient is non-zero; at 0 it is not
+    computed here at all (unless `tally` asks for the behaviour metrics, then without a
+    graph). `tally`: receives the entropy and trainer-vs-behaviour logprobs of every trained
+    token at the pre-update weights (from the forwards above), so the loop needs no extra
+    behaviour pass over these rows (valid when `same_in_train_mode(model)`).
 
     Normalisers are the mini-batch's and fixed before its first micro-batch: `constant`
     uses C = loss.loss_denominator or G·L (sequences × max policy tokens of the
@@ -482,13 +572,18 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
         with torch.set_grad_enabled(grad):
             return sequence_logprobs(m, batch["ids"], None, scoring, only=batch["mask"],
                                      with_entropy=entropy,
+                                     entropy_grad=grad and bool(entropy_coef),
                                      chunk_tokens=params.head_chunk_tokens)
 
     old, ref = {}, {}
-    for micros in layout:  # π_old: this forward, this layout → ρ ≡ 1 on the first pass
+    for j, micros in enumerate(layout):
         for micro in micros:
             batch = _collate(seqs, micro, device)
-            old[tuple(micro)] = score(model, batch, False).logprobs.detach()
+            if j > 0:  # π_old of a mini-batch trained after the first optimizer step
+                sc = score(model, batch, False, entropy=tally is not None)
+                old[tuple(micro)] = sc.logprobs
+                if tally is not None:
+                    tally.add(sc.entropy, sc.logprobs, batch["behaviour"], batch["mask"])
             if reference is not None:
                 ref[tuple(micro)] = score(reference, batch, False).logprobs.detach()
     sums: dict[str, float] = {}
@@ -496,7 +591,7 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     first_dev, steps, losses, norms = None, 0, [], []
     denominators = []
     for epoch in range(params.epochs):
-        for mb, micros in zip(minis, layout):
+        for j, (mb, micros) in enumerate(zip(minis, layout)):
             n_seq = sum(seqs[i].n_policy > 0 for i in mb)
             n_tok = sum(seqs[i].n_policy for i in mb)
             n_turns = sum(seqs[i].n_turns for i in mb)
@@ -504,13 +599,20 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
             denom = cfg.denominator(n_seq, max_resp)
             if denom is not None:
                 denominators.append(denom)
+            fresh = epoch == 0 and j == 0  # at the pre-update weights: this forward is π_old
             loss_step = 0.0
             for k, micro in enumerate(micros):
                 batch = _collate(seqs, micro, device)
-                sc = score(model, batch, True, entropy=True)
+                sc = score(model, batch, True,
+                           entropy=bool(entropy_coef) or (fresh and tally is not None))
+                if fresh:
+                    old[tuple(micro)] = sc.logprobs.detach()
+                    if tally is not None:
+                        tally.add(sc.entropy, sc.logprobs, batch["behaviour"], batch["mask"])
                 out = grpo_loss(sc.logprobs, old[tuple(micro)], batch["adv"], batch["mask"], cfg,
                                 ref_logprobs=ref.get(tuple(micro)),
-                                behaviour_logprobs=batch["behaviour"], entropy=sc.entropy,
+                                behaviour_logprobs=batch["behaviour"],
+                                entropy=sc.entropy if entropy_coef else None,
                                 entropy_coef=entropy_coef, turn_ids=batch["turns"],
                                 denominator=denom, num_tokens=n_tok)
                 share = 1.0
@@ -523,7 +625,7 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                 loss_step += float(loss.detach())
                 w = out.metrics.get("policy_tokens", 0.0)
                 for key, v in out.metrics.items():
-                    if key in ("policy_tokens", "loss_denominator"):
+                    if key in ("policy_tokens", "loss_denominator", "entropy"):
                         continue
                     if key in ("ratio_min", "ratio_max"):
                         pick = min if key == "ratio_min" else max
@@ -539,7 +641,7 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
             losses.append(loss_step)
             steps += 1
     out_metrics = {f"train/{k}": (v / weights[k] if k in weights and weights[k] else v)
-                   for k, v in sums.items() if k != "entropy"}
+                   for k, v in sums.items()}
     out_metrics.update({
         "train/loss_mean": statistics.fmean(losses),
         "train/grad_norm": statistics.fmean(norms),
@@ -562,19 +664,27 @@ def lr_at(optimizer_step: int, params: GRPOParams) -> float:
 
 
 def behaviour_metrics(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
-                      params: GRPOParams) -> dict[str, float]:
+                      params: GRPOParams, tally: BehaviourTally | None = None
+                      ) -> dict[str, float]:
     """Entropy of the processed next-token distribution on every drawn rollout's policy
     tokens (the behaviour policy: synchronous, so the trainer's weights before the update)
     and the sampler/trainer logprob mismatch over the same tokens (logged, never assumed
-    zero). No gradient."""
+    zero). No gradient. `tally`: sums already gathered for other rows (the update's own
+    forward, `update_policy`), to which these rows are added."""
+    return behaviour_tally(model, rows, scoring, params, tally).metrics()
+
+
+def behaviour_tally(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
+                    params: GRPOParams, tally: BehaviourTally | None = None
+                    ) -> BehaviourTally:
+    """`behaviour_metrics`' no-grad pass (eval mode) over `rows`, into `tally` (or a new one)."""
+    tally = tally if tally is not None else BehaviourTally()
     rows = [r for r in rows if r["logprobs_kind"] == "behaviour" and sum(r["loss_mask"]) > 0]
     if not rows:
-        return {}
+        return tally
     seqs = [_Seq(torch.tensor(r["token_ids"]), torch.tensor(r["loss_mask"], dtype=torch.bool),
                  torch.tensor(r["logprobs"], dtype=torch.float32),
                  torch.tensor(r["turn_ids"]), 0.0, int(r["n_turns"])) for r in rows]
-    ent_sum = tok = 0.0
-    trainer, behaviour = [], []
     was_training = model.training
     model.eval()
     try:
@@ -584,22 +694,17 @@ def behaviour_metrics(model, rows: Sequence[Mapping[str, Any]], scoring: Samplin
                 b = _collate(seqs, micro, params.device)
                 sc = sequence_logprobs(model, b["ids"], None, scoring, only=b["mask"],
                                        with_entropy=True, chunk_tokens=params.head_chunk_tokens)
-                ent_sum += float(sc.entropy[b["mask"]].sum())
-                tok += float(b["mask"].sum())
-                trainer.append(sc.logprobs[b["mask"]])
-                behaviour.append(b["behaviour"][b["mask"]])
+                tally.add(sc.entropy, sc.logprobs, b["behaviour"], b["mask"])
     finally:
         model.train(was_training)
-    t, beh = torch.cat(trainer)[None], torch.cat(behaviour)[None]
-    mm = logprob_mismatch(t, beh, torch.ones_like(t, dtype=torch.bool))
-    return {"train/entropy": ent_sum / tok if tok else 0.0,
-            **{f"train/mismatch/{k}": v for k, v in mm.items()}}
+    return tally
 
 
 # ---- the dashboard ------------------------------------------------------------------------
-def rollout_metrics(groups: Sequence[Mapping[str, Any]], policy_step: int,
+def rollout_metrics(groups: Sequence[Mapping[str, Any]], state: _State,
                     curriculum: Curriculum) -> dict[str, float]:
-    """Per-step SPEC §7 dashboard numbers of everything drawn this step (kept or not)."""
+    """Per-step SPEC §7 dashboard numbers of everything drawn this step (kept or not).
+    Rollout age is in policy versions (Δv, `versions_behind`), the staleness bound's unit."""
     rows = [r for g in groups for r in g["rows"]]
     n = len(rows)
     graded = [r for r in rows if r["reward_outcome"] is not None]
@@ -641,7 +746,7 @@ def rollout_metrics(groups: Sequence[Mapping[str, Any]], policy_step: int,
     m["train/group_distinct_fraction"] = (statistics.fmean(
         len({tuple(r["token_ids"]) for r in g["rows"]}) / len(g["rows"]) for g in groups)
         if groups else 0.0)
-    ages = [policy_step - int(r["policy_step"]) for r in rows]
+    ages = [versions_behind(state, int(r["policy_step"])) for r in rows]
     m["train/rollout_age_mean"] = statistics.fmean(ages) if ages else 0.0
     m["train/rollout_age_max"] = float(max(ages)) if ages else 0.0
     gen = sum(int(r["n_trainable_tokens"]) for r in rows)

@@ -97,7 +97,10 @@ class GRPOParams:
     """Thresholds of the named pathology flags (rlvr/train/pathology.py)."""
     max_staleness: int = 0
     """Δv_max (SPEC §7 staleness): a group is trained on only if v_trainer − v_rollout <= this
-    (else dropped as `stale`, logged by difficulty band). 0 = synchronous: every draw is made
+    (else dropped as `stale`, logged by difficulty band). v counts policy versions: one per
+    loop step that updated the weights, however many optimizer steps (`epochs` x
+    `mini_batches`) that update took, so 1 admits a draw sampled one update behind (the
+    normal case of a producer one draw ahead). 0 = synchronous: every draw is made
     inline with the current weights. > 0: a producer thread draws ahead into a bounded queue
     while the trainer updates (prime-rl max_off_policy_steps, AReaL max_head_offpolicyness);
     the truncated-IS weights correct the residual lag."""

@@ -15,6 +15,11 @@ activation) runs only on the selected positions (`only`, e.g. the loss mask: pol
 are a minority of an agent transcript) and, in chunks of `chunk_tokens` rows, so peak memory
 is one chunk of logits. With gradients on, each chunk is checkpointed: its logits are
 recomputed in backward instead of being stored for the whole batch.
+
+Entropy is optional and, when asked for, can be computed without a graph
+(`entropy_grad=False`): a trainer that only *logs* the entropy (bonus coefficient 0) then pays
+one no-grad pass over the processed distribution instead of keeping its [N, V]
+intermediates alive for a backward that never uses them.
 """
 from __future__ import annotations
 
@@ -49,22 +54,29 @@ class TokenScores:
 
 
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
-                         params: SamplingParams | None = None, *, with_entropy: bool = False
+                         params: SamplingParams | None = None, *, with_entropy: bool = False,
+                         entropy_grad: bool = True
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[N, V] logits, [N] target ids -> ([N] processed logprob of each target, [N] entropy or
-    None). The pure math under `sequence_logprobs` (and what the loss-mask tests probe)."""
+    None). The pure math under `sequence_logprobs` (and what the loss-mask tests probe).
+    `entropy_grad=False`: the entropy is computed under no_grad (same values, no graph)."""
     params = params or SamplingParams()
     lp = process(logits, params)
     tok = lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return tok, (processed_entropy(lp) if with_entropy else None)
+    if not with_entropy:
+        return tok, None
+    if entropy_grad:
+        return tok, processed_entropy(lp)
+    with torch.no_grad():
+        return tok, processed_entropy(lp.detach())
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       params: SamplingParams | None = None, *,
                       position_ids: torch.Tensor | None = None,
                       only: torch.Tensor | None = None, with_entropy: bool = False,
-                      aligned: bool = False, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-                      ) -> TokenScores:
+                      entropy_grad: bool = True, aligned: bool = False,
+                      chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> TokenScores:
     """Teacher-forced processed logprobs (and entropies) of every next token.
 
     * `input_ids` [B, T] long; `attention_mask` [B, T] (1 = real token; any padding side) or
@@ -74,6 +86,8 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
       softmax, temperature 1 — what SFT trains).
     * `only` [B, T-1] bool: score just these next-token positions (default: every position
       whose token and predicting token are both real).
+    * `with_entropy`: also the entropy of each processed next-token distribution;
+      `entropy_grad=False` computes it without a graph (a logged metric, not a loss term).
 
     Gradient-enabled unless the caller runs it under no_grad / inference_mode.
     """
@@ -97,7 +111,8 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         logits = model(input_ids=input_ids, attention_mask=attention_mask,
                        position_ids=position_ids).logits
         feats, head = logits[:, :-1][rows, cols], None  # [N, V]
-    lp, ent = _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens)
+    lp, ent = _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens,
+                              entropy_grad)
     out_lp = torch.zeros(B, T - 1, dtype=torch.float32, device=input_ids.device)
     out_lp = out_lp.index_put((rows, cols), lp)
     out_ent = None
@@ -122,12 +137,14 @@ def _head_split_ok(model) -> bool:
         return False
 
 
-def _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens):
+def _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens,
+                    entropy_grad=True):
     """Head (if any) + processing over row chunks of feats [N, H or V]; -> [N], [N] | None.
     With gradients on and more than one chunk, each chunk is checkpointed."""
     def score(f, t):
         logits = head(f) if head is not None else f
-        lp, ent = logprobs_from_logits(logits, t, params, with_entropy=with_entropy)
+        lp, ent = logprobs_from_logits(logits, t, params, with_entropy=with_entropy,
+                                       entropy_grad=entropy_grad)
         return (lp, ent) if with_entropy else (lp,)
 
     N = feats.shape[0]
