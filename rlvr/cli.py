@@ -5,6 +5,8 @@
     rlvr tasks materialize ID --tasks FILE --out DIR
     rlvr tasks import-swebench FILE --repos DIR --out FILE
     rlvr tasks export-swebench --tasks FILE --out FILE
+    rlvr tasks check DIR [--params FILE] [--backend bwrap|docker]
+    rlvr tasks rejections FILE
     rlvr curate --source DIR --out FILE
     rlvr verify --tasks FILE --task-id ID --patch FILE [--backend bwrap|docker]
     rlvr gate --candidate-eval FILE --champion-eval FILE --out DIR [--candidate NAME]
@@ -12,7 +14,8 @@
     rlvr gate rollback [--reason TEXT]
 
 Bad input exits 2 with one line naming the file / field / id (a directory given where a
-FILE is expected is named as such). Output piped into a reader that stops early
+FILE is expected is named as such). `rlvr tasks check` (an author's tool: it shows hidden
+test outcomes and error lines) exits 0 when curation accepts the task, 1 when it rejects it. Output piped into a reader that stops early
 (`rlvr tasks list --tasks FILE | head`) ends the command quietly, exit status 141.
 """
 from __future__ import annotations
@@ -98,6 +101,23 @@ def cmd_export_swebench(args) -> None:
     rows = export_swebench(load_tasks(args.tasks))
     write_text(args.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     print(f"exported {len(rows)} instance(s) -> {args.out}")
+
+
+def cmd_tasks_check(args) -> int:
+    from rlvr.tasks.check import check_task, format_check
+
+    params, sandbox, _ = _load_params(args.params)
+    if args.backend:
+        sandbox = dataclasses.replace(sandbox, backend=args.backend)
+    report = check_task(args.dir, params, sandbox)
+    print(format_check(report))
+    return 0 if report.accepted else 1
+
+
+def cmd_tasks_rejections(args) -> None:
+    from rlvr.tasks.check import format_rejections, read_rejections
+
+    print(format_rejections(read_rejections(args.file)))
 
 
 def cmd_curate(args) -> None:
@@ -219,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tasks", type=_file, required=True)
     t.add_argument("--out", type=_file, required=True)
     t.set_defaults(func=cmd_export_swebench)
+    t = tsub.add_parser("check", help="an author's view of one task directory: per-test "
+                        "outcomes of the buggy state, the reference and each wrong solution, "
+                        "and the curation verdict (exit 0 accepted, 1 rejected)")
+    t.add_argument("dir", type=Path)
+    t.add_argument("--params", type=_file, default=Path("params.yaml"))
+    t.add_argument("--backend", choices=["bwrap", "docker"])
+    t.set_defaults(func=cmd_tasks_check)
+    t = tsub.add_parser("rejections", help="a curation rejection log, readably")
+    t.add_argument("file", type=_file)
+    t.set_defaults(func=cmd_tasks_rejections)
 
     c = sub.add_parser("curate", help="hand-authored task directories -> curated Parquet")
     c.add_argument("--source", type=Path, required=True)
@@ -267,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        status = args.func(args)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader closed the pipe (`| head`): stop quietly, as a tool killed by SIGPIPE
@@ -275,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
         # flush at exit cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(141) from None
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":  # pragma: no cover

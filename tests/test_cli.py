@@ -135,3 +135,14 @@ def test_record_follows_the_suite(pool, monkeypatch):
     stricter = contracts._SUITES["tasks"] + (contracts.in_set("family", ["other"]),)
     monkeypatch.setitem(contracts._SUITES, "tasks", stricter)
     assert not contracts.validated_before("tasks", pool, schemas.TASKS)
+
+
+def test_cli_start_imports_no_task_machinery():
+    # Keeping `rlvr --help` fast: the author tools (`tasks check`, `tasks rejections`) import
+    # the enclave, sandbox and curation only when they run.
+    code = ("import sys, rlvr.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('rlvr.tasks.check', 'rlvr.tasks.curation', "
+            "'rlvr.enclave', 'rlvr.sandbox', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, text=True,
+                         capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.stdout.strip() == "[]"
