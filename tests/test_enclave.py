@@ -165,6 +165,20 @@ def test_hidden_fixture_errors_and_fixture_scoping(enclave):
     assert run.outcomes["test_more.py::test_uses_big"] == "passed"
 
 
+def test_doctest_namespace_is_served_but_no_doctest_is_collected(enclave):
+    """Upstream conftests fill `doctest_namespace` from autouse fixtures: the fixture exists
+    (the doctest plugin is loaded), yet no hidden file is collected as a doctest - not even
+    a data file matching pytest's default `test*.txt` glob."""
+    conftest = HIDDEN["conftest.py"] + (
+        "\n\n@pytest.fixture(autouse=True)\ndef _ns(doctest_namespace):\n"
+        "    doctest_namespace['answer'] = 42\n")
+    hidden = {**HIDDEN, "conftest.py": conftest, "test_notes.txt": ">>> 1 / 0\n0\n",
+              "docs/test_more.rst": ">>> raise SystemExit(3)\n"}
+    run = enclave.run_suite(make_task(task_id="tiny-doctest", hidden_tests=hidden), TASK.reference_patch, seed=1)
+    assert run.status == "ok"
+    assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}
+
+
 def test_hidden_module_that_fails_to_import_only_loses_its_own_tests(enclave):
     hidden = {**HIDDEN, "test_broken.py": "import not_a_module\n\ndef test_x():\n    pass\n"}
     run = enclave.run_suite(make_task(hidden_tests=hidden), TASK.reference_patch, seed=1)
