@@ -30,6 +30,7 @@ import hashlib
 import inspect
 import json
 import queue
+import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +40,13 @@ from typing import Callable, Iterable, Sequence
 
 from rlvr import seeds
 from rlvr.errors import SandboxUnavailable
-from rlvr.sandbox import Limits, Mount, get_sandbox
+from rlvr.sandbox import Limits, Mount, envs, get_sandbox
 from rlvr.sandbox.channel import ReplyLines, ServerClosed, server_limits
 from rlvr.seeds import derive_seed
 from rlvr.tasks import patches
 from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import check_patch
+from rlvr.tasks.project_config import read_project_config
 from rlvr.versioning import source_digest
 
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
@@ -125,8 +127,17 @@ def run_seed(seed: int, index: int) -> int:
 
 def task_key(task: Task) -> str:
     return hashlib.sha256(
-        (files_hash(task.repo_files) + ":" + files_hash(task.hidden_tests)).encode()
+        (files_hash(task.repo_files) + ":" + files_hash(task.hidden_tests) + ":"
+         + ",".join(task.dependencies)).encode()
     ).hexdigest()[:32]
+
+
+def project_fields(task: Task) -> dict:
+    """The project's pytest configuration as the runner needs it (rlvr.tasks.project_config:
+    the same reading the agent's run_tests uses): `pythonpath` (repo-relative dirs to put on
+    sys.path ahead of the repo root, e.g. ["src"]), `markers`, kept `addopts`, `testpaths`.
+    A config pytest cannot parse is the task's fault: ConfigError names the file."""
+    return read_project_config(task.repo_files).job_fields()
 
 
 class _Worker:
@@ -140,11 +151,13 @@ class _Worker:
         self.known: set[str] = set()
         self.info: dict = {}
         self.next_id = 0
+        self.task_env: Path | None = None  # the dependency layer the live server sees
 
-    def start(self) -> None:
+    def start(self, task_env: Path | None = None) -> None:
         self.stop()
         self.known = set()
-        handle = self.enclave._spawn_server()
+        self.task_env = task_env
+        handle = self.enclave._spawn_server(task_env)
         self.handle = handle
         self.lines = ReplyLines(handle, name=f"rlvr-enclave-reader-{self.index}")
         try:
@@ -212,6 +225,8 @@ class Enclave:
         for w in self._all:
             self._idle.put(w)
         self._closed = False
+        self._envs: dict[tuple[str, ...], Path | None] = {}
+        self._env_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _shutdown, self._all, self._spawner)
         params = inspect.signature(self.sandbox.serve).parameters
         self._serve_kwargs = {"supervisor": True} if "supervisor" in params else {}
@@ -228,9 +243,11 @@ class Enclave:
             self._closed = True
             self._finalizer()
 
-    def _spawn_server(self):
+    def _spawn_server(self, task_env: Path | None = None):
         """Start a server from the dedicated spawner thread: --die-with-parent follows the
-        thread that spawned the sandbox, so that thread must outlive every server."""
+        thread that spawned the sandbox, so that thread must outlive every server.
+        `task_env`: the task's dependency layer (its sys.path is fixed at start-up, so a
+        server serves the tasks of one environment)."""
         argv = [self.sandbox.python, "-s", "-P", f"{INSIDE_TARGET}/server.py"]
         env = {
             # Not `python -I`: it would ignore PYTHONHASHSEED. The environment is explicit
@@ -243,25 +260,61 @@ class Enclave:
         future = self._spawner.submit(
             self.sandbox.serve, argv, mounts=[Mount(INSIDE_DIR, INSIDE_TARGET)], cwd="/tmp",
             env=env, limits=server_limits(self.limits), **self._serve_kwargs,
+            **({"task_env": task_env} if task_env is not None else {}),
         )
         return future.result()
 
-    def _acquire(self) -> _Worker:
-        """An idle worker with a live server (restarted once if it cannot start; a second
-        failure raises SandboxUnavailable)."""
+    def task_env(self, task: Task) -> Path | None:
+        """The task's dependency layer (built offline on first use, then cached by content
+        hash on disk and by pins here); None for a task without dependencies. A wheelhouse
+        that cannot satisfy the pins raises SandboxUnavailable."""
+        if not task.dependencies:
+            return None
+        pins = tuple(task.dependencies)
+        with self._env_lock:
+            if pins not in self._envs:
+                self._envs[pins] = envs.task_env(pins)
+            return self._envs[pins]
+
+    def _acquire(self, task: Task | None = None) -> _Worker:
+        """An idle worker with a live server for `task`'s environment (a server of another
+        environment is restarted; a start is retried once, a second failure raises
+        SandboxUnavailable)."""
         if self._closed:
             raise RuntimeError("enclave is closed")
-        worker = self._idle.get()
+        task_env = self.task_env(task) if task is not None else None
+        worker = self._get_idle(task_env)
         try:
-            if not worker.alive():
+            if not worker.alive() or (task is not None and worker.task_env != task_env):
                 try:
-                    worker.start()
+                    worker.start(task_env)
                 except SandboxUnavailable:
-                    worker.start()
+                    worker.start(task_env)
         except BaseException:
             self._idle.put(worker)
             raise
         return worker
+
+    def _get_idle(self, task_env: Path | None) -> _Worker:
+        """An idle worker, preferring one whose live server already has `task_env` (so tasks
+        of several environments interleaved over the workers restart as few as possible)."""
+        first = self._idle.get()
+        if first.task_env == task_env and first.alive():
+            return first
+        others = [first]
+        try:
+            while True:
+                w = self._idle.get_nowait()
+                if w.task_env == task_env and w.alive():
+                    for o in others:
+                        self._idle.put(o)
+                    return w
+                others.append(w)
+        except queue.Empty:
+            pass
+        for o in others[1:]:
+            self._idle.put(o)
+        return first
 
     def warm_up(self) -> dict:
         """Start every server now (instead of on first use); returns one server's info."""
@@ -277,7 +330,7 @@ class Enclave:
         collected when `tests` is None). No static policy check here: curation also runs
         states that the policy would refuse (e.g. to prove a test edit is rejected elsewhere)."""
         try:
-            worker = self._acquire()
+            worker = self._acquire(task)
         except SandboxUnavailable as exc:
             return SuiteRun("infra_error", {}, 0.0, {}, [], detail=str(exc))
         try:
@@ -302,7 +355,8 @@ class Enclave:
         try:
             for attempt in range(2):
                 if key not in worker.known or attempt:
-                    req["task"] = {"files": task.repo_files, "hidden": task.hidden_tests}
+                    req["task"] = {"files": task.repo_files, "hidden": task.hidden_tests,
+                                   "project": project_fields(task)}
                 reply = worker.request(req, timeout)
                 worker.known.add(key)
                 if reply.get("status") != "need_task":
@@ -342,7 +396,7 @@ class Enclave:
             return Verdict(task.task_id, False, "patch_rejected", 0, VERIFIER_VERSION,
                            time.monotonic() - start, {}, [], detail=check.reason)
         try:
-            worker = self._acquire()
+            worker = self._acquire(task)
         except SandboxUnavailable as exc:
             return Verdict(task.task_id, False, "infra_error", 0, VERIFIER_VERSION,
                            time.monotonic() - start, {}, [], detail=str(exc))

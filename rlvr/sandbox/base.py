@@ -93,7 +93,12 @@ class ServerHandle(Protocol):
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """`python` is the interpreter path *inside* the sandbox (it has pytest importable)."""
+    """`python` is the interpreter path *inside* the sandbox (it has pytest importable, and
+    nothing else of the pipeline's environment).
+
+    `task_env` (run and serve): a task's dependency layer built by `rlvr.sandbox.envs.task_env`;
+    both backends mount it read-only where the interpreter adds it to sys.path. None: the
+    runner layer only (pytest and its closure)."""
 
     name: str
     python: str
@@ -107,6 +112,7 @@ class Sandbox(Protocol):
         env: dict[str, str] | None = None,
         limits: Limits = Limits(),
         stdin: bytes | None = None,
+        task_env: Path | None = None,
     ) -> RunResult: ...
 
     def serve(
@@ -117,6 +123,7 @@ class Sandbox(Protocol):
         cwd: str = "/work",
         env: dict[str, str] | None = None,
         limits: Limits = Limits(),
+        task_env: Path | None = None,
     ) -> ServerHandle:
         """Optional keyword a backend may accept: ``supervisor: bool = False`` — run the
         server as root inside the sandbox with only CAP_SETUID/CAP_SETGID (and, in

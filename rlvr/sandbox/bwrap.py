@@ -8,9 +8,11 @@ What a sandboxed process sees and may do:
 * ``--clearenv`` plus an explicit environment (no PYTHONPATH / PATH from the caller);
 * read-only binds of only what an interpreter needs: ``/usr`` (and the /bin, /lib, ...
   symlinks or directories), a few files of /etc, the Python installation
-  (``sys.base_prefix``) and the venv (``sys.prefix``, remounted at ``/opt/rlvr/venv`` so it
-  can never collide with a workspace mount). Neither ``/`` nor the repository root is
-  bound, so ``data/`` (every task's hidden tests) is never visible;
+  (``sys.base_prefix``) and the *runner layer* (rlvr.sandbox.envs: a venv holding only pytest
+  and its closure, at ``/opt/rlvr/venv``, never the pipeline's venv: torch & co. are not
+  importable), plus a task's dependency layer when the caller passes ``task_env``. Neither
+  ``/`` nor the repository root is bound, so ``data/`` (every task's hidden tests) is never
+  visible;
 * a fresh ``/tmp`` tmpfs, a minimal ``/dev`` and a ``/proc`` of its own pid namespace;
 * the caller's `Mount`s, in order (a later mount lies over an earlier one: mount a workspace
   writable, then its public tests read-only on top).
@@ -59,10 +61,11 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from rlvr.errors import SandboxUnavailable
+from rlvr.sandbox import envs
 from rlvr.sandbox.base import (DEFAULT_ENV, UID_HIGH, UID_LOW, UIDS_PER_SUPERVISOR, Limits, Mount,
                                RunResult)
 
-VENV_TARGET = "/opt/rlvr/venv"
+VENV_TARGET = envs.RUNNER_TARGET
 # /etc entries an interpreter (and git) may want; everything else of /etc stays invisible.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf")
 
@@ -181,13 +184,11 @@ class BwrapSandbox:
             # Fail closed: without it nothing would enforce Limits inside the sandbox.
             raise SandboxUnavailable("bwrap: util-linux `prlimit` is needed to apply resource limits")
         self._base_prefix = os.path.realpath(sys.base_prefix)
-        self._in_venv = os.path.realpath(sys.prefix) != self._base_prefix
-        self._venv = os.path.realpath(sys.prefix)
-        if self._in_venv:
-            exe = Path(sys.executable)
-            self.python = f"{VENV_TARGET}/bin/{exe.name}"
-        else:
-            self.python = os.path.realpath(sys.executable)
+        try:
+            self._runner = str(envs.runner_env())
+        except OSError as exc:
+            raise SandboxUnavailable(f"bwrap: cannot build the runner environment: {exc}") from exc
+        self.python = f"{VENV_TARGET}/bin/python3"
         self._probe()
 
     # ---- construction of the bwrap command line ------------------------------------------
@@ -206,10 +207,12 @@ class BwrapSandbox:
         args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
         return args
 
-    def _python_mounts(self) -> list[tuple[str, str]]:
-        pairs = [(self._base_prefix, self._base_prefix)]
-        if self._in_venv:
-            pairs.append((self._venv, VENV_TARGET))
+    def _python_mounts(self, task_env: Path | None = None) -> list[tuple[str, str]]:
+        pairs = [(self._base_prefix, self._base_prefix), (self._runner, VENV_TARGET)]
+        if task_env is not None:
+            if not Path(task_env).is_dir():
+                raise FileNotFoundError(f"task environment does not exist: {task_env}")
+            pairs.append((str(task_env), envs.TASKENV_TARGET))
         return pairs
 
     @staticmethod
@@ -226,6 +229,7 @@ class BwrapSandbox:
         *,
         uid: int | None,
         supervisor_uids: tuple[int, int] | None = None,
+        task_env: Path | None = None,
     ) -> list[str]:
         cmd = [
             self._bwrap,
@@ -243,7 +247,7 @@ class BwrapSandbox:
         mounted = ["/dev", "/proc", "/tmp"] + [f"/{t}" for t in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
                                                if Path(f"/{t}").is_dir() and not Path(f"/{t}").is_symlink()]
         created = {"/etc"}
-        binds = [(src, dst, False) for src, dst in self._python_mounts()]
+        binds = [(src, dst, False) for src, dst in self._python_mounts(task_env)]
         binds += [(str(m.source), m.target, m.writable) for m in mounts]
         for src, dst, writable in binds:
             if not dst.startswith("/"):
@@ -332,10 +336,11 @@ class BwrapSandbox:
         env: dict[str, str] | None = None,
         limits: Limits = Limits(),
         stdin: bytes | None = None,
+        task_env: Path | None = None,
     ) -> RunResult:
         uid = self._fresh_uid()
         self._prepare_mounts(mounts, uid)
-        cmd = self._command(argv, mounts, cwd, env, limits, uid=uid)
+        cmd = self._command(argv, mounts, cwd, env, limits, uid=uid, task_env=task_env)
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
@@ -380,6 +385,7 @@ class BwrapSandbox:
         env: dict[str, str] | None = None,
         limits: Limits = Limits(),
         supervisor: bool = False,
+        task_env: Path | None = None,
     ) -> BwrapServer:
         """Start a long-lived sandboxed process; `Limits.wall_seconds` does not apply to it.
 
@@ -394,7 +400,8 @@ class BwrapSandbox:
         else:
             uid = self._fresh_uid()
         self._prepare_mounts(mounts, uid)
-        cmd = self._command(argv, mounts, cwd, env, limits, uid=uid, supervisor_uids=supervisor_uids)
+        cmd = self._command(argv, mounts, cwd, env, limits, uid=uid, supervisor_uids=supervisor_uids,
+                            task_env=task_env)
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,

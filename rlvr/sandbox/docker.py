@@ -64,6 +64,7 @@ from rlvr.errors import SandboxUnavailable
 # verdicts on either backend (PYTHONUNBUFFERED, LC_ALL, HOME... all change program behaviour).
 from rlvr.sandbox.base import (DEFAULT_ENV, UID_HIGH, UID_LOW, UIDS_PER_SUPERVISOR, Limits, Mount,
                                RunResult)
+from rlvr.sandbox.envs import TASKENV_TARGET
 from rlvr.sandbox.image import PREFIX, SANDBOX_GID, SANDBOX_UID, build_image
 
 LABEL = "org.rlvr.sandbox"
@@ -543,9 +544,10 @@ class DockerSandbox:
 
     def run(self, argv: Sequence[str], *, mounts: Sequence[Mount] = (), cwd: str = "/work",
             env: dict[str, str] | None = None, limits: Limits = Limits(),
-            stdin: bytes | None = None) -> RunResult:
+            stdin: bytes | None = None, task_env: Path | None = None) -> RunResult:
         """Run `argv` to completion in a fresh container (removed afterwards)."""
         docker = _docker()
+        mounts = _with_task_env(mounts, task_env)
         staged: list[str] = []
         cid = None
         try:
@@ -567,7 +569,7 @@ class DockerSandbox:
 
     def serve(self, argv: Sequence[str], *, mounts: Sequence[Mount] = (), cwd: str = "/work",
               env: dict[str, str] | None = None, limits: Limits = Limits(),
-              supervisor: bool = False) -> DockerServer:
+              supervisor: bool = False, task_env: Path | None = None) -> DockerServer:
         """Start `argv` as a long-lived server spoken to over stdin/stdout.
 
         `limits.wall_seconds` does not apply (the server lives until `close()`; per-request
@@ -576,6 +578,7 @@ class DockerSandbox:
         as with bwrap, and is otherwise an ordinary server.
         """
         docker = _docker()
+        mounts = _with_task_env(mounts, task_env)
         staged: list[str] = []
         cid = None
         try:
@@ -826,6 +829,17 @@ class DockerSandbox:
         except docker.errors.APIError as exc:
             if "already in progress" not in str(exc):
                 raise
+
+
+def _with_task_env(mounts: Sequence[Mount], task_env: Path | None) -> list[Mount]:
+    """The task's dependency layer (rlvr.sandbox.envs), read-only, where the image's
+    `rlvr_taskenv.pth` looks for it: the very directory bwrap mounts, so both backends give
+    tested code the same files."""
+    if task_env is None:
+        return list(mounts)
+    if not Path(task_env).is_dir():
+        raise FileNotFoundError(f"task environment does not exist: {task_env}")
+    return [Mount(Path(task_env), TASKENV_TARGET), *mounts]
 
 
 def _feed_stdin(sock: socket.socket, data: bytes) -> None:

@@ -8,7 +8,10 @@ the image is a root file system assembled from host files and fed to `docker imp
   two backends give the same verdicts;
 * pytest and its dependency closure (plus pytest-timeout when installed), copied from the
   environment rlvr runs in into `/opt/python/lib/python3.X/site-packages`, dist-info included so
-  that entry-point plugins load exactly as on the host;
+  that entry-point plugins load exactly as on the host — the same files as bwrap's runner
+  layer (rlvr.sandbox.envs), with the same `.pth` hook that adds a task's dependency layer
+  when one is mounted at /opt/rlvr/taskenv/site-packages (one image for every task: the
+  per-task layer is a read-only mount of the content-hashed directory bwrap also mounts);
 * `/bin/sh`, a handful of coreutils and `git` (the enclave may `git apply`), with every shared
   library `ldd` reports, at their host paths (merged-/usr symlinks reproduced);
 * `/etc/passwd` and `/etc/group` with the unprivileged sandbox user (uid/gid 1000).
@@ -43,7 +46,7 @@ from rlvr.errors import SandboxUnavailable
 
 REPOSITORY = "rlvr-sandbox"
 # Bumped whenever the layout below changes in a way the file hash would not notice.
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: the task-layer .pth (rlvr.sandbox.envs)
 PREFIX = "/opt/python"
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
@@ -309,6 +312,10 @@ def plan_rootfs() -> RootFS:
             fs.add_file(f"{site}/{rel.as_posix()}", str(src))
             if src.suffix == ".so":
                 elf_files.append(str(src))
+    # The task layer's hook, as in the bwrap runner layer (rlvr.sandbox.envs).
+    from rlvr.sandbox.envs import PTH_LINE, PTH_NAME
+
+    fs.add_data(f"{site}/{PTH_NAME}", PTH_LINE.encode())
 
     # The merged-/usr top-level links, so `/bin/sh` and friends resolve as on the host.
     for top in ("/bin", "/sbin", "/lib", "/lib64"):

@@ -6,6 +6,11 @@
                          task_id: <id>             (optional, defaults to the directory name)
                          public_tests: [tests/]    (optional: repo paths/dirs shown to the agent)
                          provenance: {...}         (optional: free-form, kept verbatim)
+                         dependencies: [attrs==23.2.0]  (optional: exact pins the tested code
+                                                   needs; installed offline from the wheelhouse
+                                                   into the sandbox's task layer, see
+                                                   rlvr.sandbox.envs. Tasks of a family that pin
+                                                   the same set share one cached environment)
       repo/              the repository at the BUGGY state, public tests included
       hidden_tests/      test_*.py — the hidden suite; never enters the agent's workspace
       reference.patch    unified diff (a/ b/ paths relative to repo/) that fixes the bug
@@ -19,12 +24,13 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.errors import PatchFormatError, TaskFormatError
+from rlvr.errors import ConfigError, PatchFormatError, TaskFormatError
+from rlvr.sandbox.envs import parse_dependencies
 from rlvr.tasks.model import Task
 from rlvr.tasks.patches import require_diff
 
 TASK_FILE = "task.yaml"
-KNOWN_KEYS = {"task_id", "family", "instruction", "public_tests", "provenance"}
+KNOWN_KEYS = {"task_id", "family", "instruction", "public_tests", "provenance", "dependencies"}
 SKIP_PARTS = {"__pycache__", ".git", ".pytest_cache"}
 
 
@@ -103,7 +109,15 @@ def load_task_dir(task_dir: Path | str) -> Task:
         reference_patch=reference,
         source="authored",
         provenance={"source_dir": task_dir.name, **provenance},
+        dependencies=_dependencies(meta.get("dependencies"), meta_path),
     )
+
+
+def _dependencies(value, meta_path: Path) -> tuple[str, ...]:
+    try:
+        return parse_dependencies(value, str(meta_path))
+    except ConfigError as exc:
+        raise TaskFormatError(str(exc)) from None
 
 
 def _under(path: str, spec: str) -> bool:

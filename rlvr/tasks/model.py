@@ -32,6 +32,9 @@ class Task:
     quarantined: tuple[tuple[str, str], ...] = ()
     provenance: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, Any] = field(default_factory=dict)
+    # Python distributions the tested code needs, exact pins `name==version`, canonical and
+    # sorted (rlvr.sandbox.envs.parse_dependencies): the sandbox's task layer. () = none.
+    dependencies: tuple[str, ...] = ()
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -78,6 +81,7 @@ class Task:
             "quarantined": [{"test_id": t, "reason": r} for t, r in self.quarantined],
             "provenance": json.dumps(self.provenance, sort_keys=True),
             "checks": json.dumps(self.checks, sort_keys=True),
+            "dependencies": list(self.dependencies),
             **self.hashes(),
         }
 
@@ -98,6 +102,7 @@ class Task:
             quarantined=tuple((q["test_id"], q["reason"]) for q in row["quarantined"]),
             provenance=json.loads(row["provenance"] or "{}"),
             checks=json.loads(row["checks"] or "{}"),
+            dependencies=tuple(row.get("dependencies") or ()),
         )
 
 
