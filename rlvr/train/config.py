@@ -108,7 +108,8 @@ class SFTParams:
     dtype: Literal["float32", "bfloat16"] = "float32"   # weights and compute
     device: str = "cpu"
     # torch: plain AdamW. deepspeed: the same AdamW under a DeepSpeed engine with ZeRO
-    # `zero_stage` (0-2; world size 1, gloo on CPU), e.g. to shard optimizer state on GPUs.
+    # `zero_stage` (0-2; gloo on CPU, nccl on GPUs), e.g. to shard optimizer state on GPUs;
+    # data-parallel over the ranks a launcher starts (rlvr/train/sft.py).
     backend: Literal["torch", "deepspeed"] = "torch"
     zero_stage: int = 0
     # Rows of logits per LM-head chunk (peak memory of the head; results do not change).

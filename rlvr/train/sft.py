@@ -18,8 +18,14 @@ loss never selects), and the head runs only on policy positions — most of an a
 transcript is observations.
 
 Backends: `torch` (AdamW) and `deepspeed` (the same AdamW under a DeepSpeed engine with ZeRO
-`zero_stage`, world size 1). Full fine-tune or LoRA (peft; merged into plain HF weights
-on save, the adapter kept beside them).
+`zero_stage`). Started by a launcher with several ranks (`deepspeed --num_gpus N`,
+`torchrun --nproc-per-node N`), the deepspeed backend trains data-parallel: every rank draws
+the same global batch, takes its share of the rows (`rank_shard`) and divides by the same
+global N; its loss is multiplied by the world size because DeepSpeed averages the ranks'
+gradients, so the update equals the one-process update of the whole batch. Rank 0 runs the
+evaluation callback (broadcast to the others, which must stop alike) and writes the model.
+Full fine-tune or LoRA (peft; merged into plain HF weights on save, the adapter kept beside
+them).
 
 Output (`out_dir`, written to a temp dir and renamed into place): the model
 (`config.json`, `model.safetensors`, generation config), the base model's tokenizer files,
@@ -125,6 +131,17 @@ def micro_batches(lengths: Sequence[int], batch: Sequence[int], budget: int,
                 continue
         out.append([i])
     return out
+
+
+def rank_shard(lengths: Sequence[int], batch: Sequence[int], rank: int, world: int) -> list[int]:
+    """This rank's rows of one global batch: dealt longest first, so each rank gets a similar
+    number of tokens. Every rank sees the same batch (same seed), so the shards partition it."""
+    if world == 1:
+        return list(batch)
+    if len(batch) < world:
+        raise ConfigError(f"sft.batch_size: {len(batch)} rows cannot feed {world} ranks")
+    order = sorted(batch, key=lambda i: (-lengths[i], i))
+    return order[rank::world]
 
 
 def collate(examples: Sequence[Example], idx: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,15 +252,18 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         batch = next_batch()
         n_policy = sum(train[i].n_policy for i in batch)  # the normaliser, once per step
         loss_step = 0.0
-        micros = micro_batches(lengths, batch, params.micro_batch_tokens)
+        shard = rank_shard(lengths, batch, backend.rank, backend.world)
+        micros = micro_batches(lengths, shard, params.micro_batch_tokens)
         for k, micro in enumerate(micros):
             ids, only = collate(train, micro, params.device)
             lp = sequence_logprobs(model, ids, None, only=only,
                                    chunk_tokens=params.head_chunk_tokens).logprobs
             loss = masked_nll(lp, only, n_policy)
-            backend.backward(loss, last=k == len(micros) - 1)
+            # ranks' gradients are averaged: x world makes the average their sum
+            backend.backward(loss * backend.world, last=k == len(micros) - 1)
             loss_step += float(loss.detach())
             npad += ids.numel()
+        loss_step = backend.all_sum(loss_step)
         grad_norm = backend.step(lr_at(step - 1, total, params))
         tok += sum(lengths[i] for i in batch)
         ntok += n_policy
@@ -254,7 +274,9 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         bar.update(1)
         bar.set_postfix(loss=f"{loss_step:.3f}")
         if step == total or (params.eval_every and step % params.eval_every == 0):
-            rec = _evaluate(model, val, params, step, sum(window) / len(window), on_eval)
+            rec = _evaluate(model, val, params, step, sum(window) / len(window),
+                            on_eval if backend.rank == 0 else None)
+            rec = backend.from_rank0(rec)  # the probe's numbers, so every rank stops alike
             window.clear()
             evals.append(rec)
             log(step, {k: v for k, v in rec.items() if k != "step"})
@@ -273,9 +295,11 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         final_val = stopper.best_val
     result = SFTResult(out_dir=Path(out_dir), steps=step, stop_reason=stop, train_loss=loss_step,
                        val_loss=final_val, evals=evals, tokens=tok, trainable_tokens=ntok,
-                       padded_tokens=npad, seconds=seconds)
-    result.model = _write_model(model, policy, base_dir, train_rows, val_rows, params,
-                                result)
+                       padded_tokens=int(backend.all_sum(npad)), seconds=seconds)
+    if backend.rank == 0:
+        result.model = _write_model(model, policy, base_dir, train_rows, val_rows, params,
+                                    result)
+    backend.barrier()  # no rank returns before the directory exists
     return result
 
 
@@ -327,15 +351,29 @@ def _optimizer(model, p: SFTParams) -> torch.optim.Optimizer:
                              foreach=True)
 
 
-def _backend(model, p: SFTParams):
-    return _DeepSpeedBackend(model, p) if p.backend == "deepspeed" else _TorchBackend(model, p)
+def _backend(model, p: SFTParams, data_parallel: bool = True):
+    """The optimizer backend; `data_parallel=False`: a loop that does not shard its batch
+    (GRPO) refuses several ranks instead of repeating the same update on each."""
+    return (_DeepSpeedBackend(model, p, data_parallel) if p.backend == "deepspeed"
+            else _TorchBackend(model, p))
 
 
 class _TorchBackend:
+    rank, world = 0, 1  # one process
+
     def __init__(self, model, p: SFTParams):
         self.model, self.p = model, p
         self.opt = _optimizer(model, p)
         self.params = [q for q in model.parameters() if q.requires_grad]
+
+    def all_sum(self, x: float) -> float:
+        return x
+
+    def from_rank0(self, obj):
+        return obj
+
+    def barrier(self) -> None:
+        pass
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         loss.backward()
@@ -367,11 +405,14 @@ class _DeepSpeedBackend(_TorchBackend):
     and `step` reduces, clips and updates once. The loss is already divided by the global
     normaliser, so DeepSpeed must not rescale it (`scale_wrt_gas=False`)."""
 
-    def __init__(self, model, p: SFTParams):
+    def __init__(self, model, p: SFTParams, data_parallel: bool = True):
         import deepspeed
 
         super().__init__(model, p)
-        _init_single_process(p.device)
+        self.rank, self.world = _init_distributed(p.device)
+        if self.world > 1 and not data_parallel:
+            raise ConfigError(f"backend: deepspeed at world size {self.world}: this trainer "
+                              "does not shard its data across ranks; run one process")
         config = {
             "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
             "gradient_clipping": p.grad_clip, "zero_optimization": {"stage": p.zero_stage},
@@ -387,34 +428,67 @@ class _DeepSpeedBackend(_TorchBackend):
     def step(self, lr: float) -> float:
         for g in self.opt.param_groups:  # the client optimizer ZeRO wraps
             g["lr"] = lr
+        unsharded = None
+        if self.p.zero_stage == 0:  # the engine reports no norm; the reduced grads are here
+            unsharded = float(torch.nn.utils.clip_grad_norm_(self.params, math.inf, foreach=True))
         self.engine.step()
-        norm = self.engine.get_global_grad_norm()
+        norm = self.engine.get_global_grad_norm() if unsharded is None else unsharded
         return float(norm) if norm is not None else float("nan")
 
+    def all_sum(self, x: float) -> float:
+        if self.world == 1:
+            return x
+        import torch.distributed as dist
 
-def _init_single_process(device: str) -> None:
-    """torch.distributed at world size 1 in this process, for DeepSpeed. Rendezvous env vars
-    are set only where the launcher did not set them. DeepSpeed's CPU backend would compile
-    a shared-memory all-reduce op (40-50 s, ENVIRONMENT.md) that a single rank never uses:
-    its builder is replaced by "no op" (DeepSpeed then uses plain torch.distributed)."""
+        t = torch.tensor([float(x)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item())
+
+    def from_rank0(self, obj):
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+def _init_distributed(device: str) -> tuple[int, int]:
+    """torch.distributed for DeepSpeed; (rank, world size). Launched by a launcher
+    (`deepspeed`, `torchrun`: WORLD_SIZE > 1 and the rendezvous variables set), this process
+    joins its ranks; else it is world size 1, with the rendezvous variables set here where
+    missing. DeepSpeed's CPU backend would compile a shared-memory all-reduce op (40-50 s,
+    ENVIRONMENT.md): its builder is replaced by "no op", so DeepSpeed uses plain
+    torch.distributed (gloo on CPU, nccl on GPUs)."""
     import importlib
 
     import deepspeed
 
-    env = {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
-    if "MASTER_PORT" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    if os.environ["WORLD_SIZE"] != "1":
-        raise ConfigError("sft.backend: deepspeed runs at world size 1 in this trainer "
-                          f"(WORLD_SIZE={os.environ['WORLD_SIZE']}: sharding data across "
-                          "ranks is not implemented)")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing:
+            raise ConfigError(f"backend: deepspeed: WORLD_SIZE={world} but {missing} unset "
+                              "(start the ranks with the deepspeed or torchrun launcher)")
+    else:
+        for k, v in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0",
+                     "WORLD_SIZE": "1"}.items():
+            os.environ.setdefault(k, v)
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     importlib.import_module("deepspeed.comm.torch")
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl")
+    return int(os.environ["RANK"]), world
 
 
 def _progress(total: int):
