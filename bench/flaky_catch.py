@@ -118,6 +118,7 @@ class CountingEnclave:
 
     def __init__(self, enclave: Enclave):
         self.inner, self.sandbox, self.limits = enclave, enclave.sandbox, enclave.limits
+        self.consensus_runs = enclave.consensus_runs
         self.runs = self.tests = 0
 
     def run_suite(self, task, patch, **kw):

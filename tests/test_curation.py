@@ -184,9 +184,12 @@ def test_phase2_catches_flaky_tests_the_first_runs_missed(tmp_path, enclave):
                                                     max_flaky_share=1.0))
     new = _curate(task_dir, enclave, CurationParams(max_mutants=0, max_flaky_share=1.0))
     assert not isinstance(new, Rejection), new.detail
-    assert old.checks["reference_runs"] == 5 and new.checks["reference_runs"] == 14
-    assert new.checks["flaky_catch_probability"] == 0.956
-    assert old.quarantined_ids < new.quarantined_ids
+    assert old.checks["reference_runs"] == 5 and new.checks["reference_runs"] == 11
+    assert new.checks["verify_runs"] == enclave.consensus_runs == 3
+    assert new.checks["flaky_catch_probability"] == 0.956   # 1 - 0.8^14 - 0.2^14
+    # what the 5 runs saw (all the old rule had) is a strict subset of what 14 observations see
+    seen_in_5 = {t for t, reason in old.quarantined if "/5 seeded" in reason}
+    assert seen_in_5 and seen_in_5 < new.quarantined_ids
     assert all(t.startswith("test_hidden.py::test_flaky_") for t in new.quarantined_ids)
     assert "test_hidden.py::test_clamp_above" in new.fail_to_pass
 
@@ -202,8 +205,9 @@ def test_mostly_flaky_suite_is_rejected_as_flaky_suite_not_reference_fails(tmp_p
 def test_flaky_params_are_checked():
     from rlvr.errors import ConfigError
 
-    assert CurationParams().total_reference_runs == 14
-    assert CurationParams(flaky_catch=0.0).total_reference_runs == 5
+    assert CurationParams().fixed_state_runs(verify_runs=3) == 11     # + 3 consensus = 14
+    assert CurationParams().fixed_state_runs(verify_runs=1) == 13
+    assert CurationParams(flaky_catch=0.0).fixed_state_runs(verify_runs=3) == 5
     for bad in ({"flaky_rate": 0.0}, {"flaky_catch": 1.0}, {"reference_runs": 0},
                 {"max_flaky_share": 1.5}):
         with pytest.raises(ConfigError, match="curate."):

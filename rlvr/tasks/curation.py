@@ -45,7 +45,8 @@ class CurationParams:
     reference_runs: int = 5
     # rule 4, phase 2 (`rlvr.tasks.flaky`): a candidate that passed every cheap rule gets
     # runs of its graded tests until a test failing `flaky_rate` of the time is caught with
-    # probability >= `flaky_catch` (0.2 / 0.95 -> 14 runs in all: P = 0.956; the old
+    # probability >= `flaky_catch`, counting the reference verdict's consensus runs
+    # (0.2 / 0.95 -> 14 observations = 11 runs + 3 consensus runs: P = 0.956; the old
     # 5-run rule caught it with P = 0.672). flaky_catch 0 = phase 1 only.
     flaky_rate: float = 0.2
     flaky_catch: float = 0.95
@@ -71,10 +72,13 @@ class CurationParams:
         if not 0.0 <= self.max_flaky_share <= 1.0:
             raise ConfigError("curate.max_flaky_share: must be in [0, 1]")
 
-    @property
-    def total_reference_runs(self) -> int:
-        """Runs of the fixed state an accepted candidate gets (phase 1 + phase 2)."""
-        return max(self.reference_runs, runs_needed(self.flaky_rate, self.flaky_catch))
+    def fixed_state_runs(self, verify_runs: int) -> int:
+        """Runs of the fixed state an accepted candidate gets (phase 1 + phase 2) when the
+        reference verdict adds `verify_runs` more observations of every graded test (the
+        enclave's consensus runs, all with fresh seeds: they count): 0.2 / 0.95 needs 14
+        observations, so 11 runs beside 3 consensus runs, never fewer than phase 1."""
+        return max(self.reference_runs,
+                   runs_needed(self.flaky_rate, self.flaky_catch) - max(0, verify_runs))
 
 
 @dataclass(frozen=True)
@@ -233,8 +237,12 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
             task.repo_files, task.reference_patch, f"{task.task_id}: reference patch")
     except PatchFormatError as exc:
         raise _Reject("reference_fails", str(exc), error=str(exc)) from None
-    n_min, n_total = params.reference_runs, params.total_reference_runs
-    seeds = [params.seed + 7919 * i for i in range(n_total)]
+    consensus = int(getattr(enclave, "consensus_runs", 1))
+    n_min, n_total = params.reference_runs, params.fixed_state_runs(consensus)
+    seeds = [params.seed + 7919 * i for i in range(3 * n_total + 1)]
+    # the reference verdict's seed (its consensus runs derive theirs from it): distinct from
+    # every fixed-state run's, so its runs are new observations of each graded test
+    verify_seed = seeds[n_total]
 
     # Rule 4, phase 1: discover the hidden test ids on the fixed state, run it n_min times.
     ref_runs = [cache.run(enclave, task, fixed, seed=s) for s in seeds[:n_min]]
@@ -260,7 +268,7 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
     # Rule 4, phase 2: only a candidate the cheap rules kept pays for the remaining runs,
     # and only its graded tests run (a test that already disagreed is quarantined).
     graded = [r.test_id for r in recs if not r.flaky]
-    more = [cache.run(enclave, task, fixed, seed=s, tests=graded) for s in seeds[n_min:]]
+    more = [cache.run(enclave, task, fixed, seed=s, tests=graded) for s in seeds[n_min:n_total]]
     if more:
         _check_run_statuses(ref_runs + more, "fixed state")
         recs = flaky.merge(recs, [r.outcomes for r in more], graded)
@@ -274,13 +282,13 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
     # it (os.urandom, clocks) more fixed-state runs are made -- sequentially, only now that a
     # disagreement has appeared -- until one fails. Tests failing there are quarantined and
     # the verdict is taken again; nothing found: `flaky_suite` (unidentified).
-    extra_seeds = iter(params.seed + 7919 * i for i in range(n_total, 3 * n_total))
+    extra_seeds = iter(seeds[n_total + 1:])
     for attempt in range(3):
-        verdict = enclave.verify(curated, curated.reference_patch, seed=params.seed)
+        verdict = enclave.verify(curated, curated.reference_patch, seed=verify_seed)
         if verdict.success:
             break
         graded = list(curated.graded_tests)
-        replays = [cache.run(enclave, curated, fixed, seed=run_seed(params.seed, i))
+        replays = [cache.run(enclave, curated, fixed, seed=run_seed(verify_seed, i))
                    for i in range(max(1, verdict.runs))]
         failing = _failing(graded, replays)
         if verdict.reason == "tests_failed" and not failing:
@@ -312,9 +320,11 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
         _check_public_tests(curated, enclave, cache)
     curated = curated.with_(checks={
         "reference_runs": n_min + len(more),
-        "flaky_catch_probability": round(catch_probability(params.flaky_rate,
-                                                           n_min + len(more)), 4),
         "verify_runs": verdict.runs,
+        # P(a test failing flaky_rate of the time was caught) from every fixed-state
+        # observation of it: the reference runs and the verdict's consensus runs
+        "flaky_catch_probability": round(catch_probability(
+            params.flaky_rate, n_min + len(more) + verdict.runs), 4),
         "fail_to_pass": len(fail_to_pass),
         "pass_to_pass": len(pass_to_pass),
         "quarantined": len(quarantined),

@@ -14,9 +14,13 @@ stable test, so every stable test must be seen `n` times. What a scheme can save
 those runs are spent, and curation's sequential rule (`rlvr.tasks.curation`) spends them
 
 * in two phases: `reference_runs` whole-suite runs first (test discovery, deterministic
-  failures, the cheap rules), and the remaining `runs_needed(p, catch) - reference_runs` runs
-  only for a candidate that passed every cheap rule, so rejected candidates pay nothing extra;
-* on the graded tests only (a test that already disagreed is quarantined: no more runs).
+  failures, the cheap rules), and the remaining runs only for a candidate that passed every
+  cheap rule, so rejected candidates pay nothing extra;
+* on the graded tests only (a test that already disagreed is quarantined: no more runs);
+* not twice: the reference verdict's consensus runs (fresh seeds, every graded test) are
+  observations too -- a refused verdict is followed up until the failing test is named and
+  quarantined -- so phase 2 stops `consensus_runs` short of 14 (11 runs + 3 = 14
+  observations, P = 0.956 exactly as above).
 
 A test that fails in *every* run is not flaky by this evidence: it fails deterministically on
 the reference (`reference_fails`). Outcomes that are `missing` (the run ended before the test)
