@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from adversarial.cases import CASES, Canary
-from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, HIDDEN_LEAN, REPO, make_task, patch_to
+from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
 
@@ -126,6 +126,39 @@ def spread(xs):
 '''
     run = enclave.run_suite(TASKS[runner], patch_to({**REPO, "mathpkg/util.py": probe}), seed=1)
     assert run.outcomes["test_util.py::test_spread"] == "passed"  # every placeholder is empty
+
+
+OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
+    """x limited to the closed interval [lo, hi]."""
+''', '''def clamp(x, lo, hi):
+    """x limited to the closed interval [lo, hi]."""
+    import inspect, logging, sys, traceback, warnings
+    here = inspect.currentframe()
+    assert here.f_code.co_name == "clamp" and here.f_locals["x"] is x
+    assert sys._getframe(0).f_globals is globals()
+    caller = here.f_back  # the hidden test: its file and line, nothing else
+    assert caller.f_code.co_filename.endswith("test_core.py") and caller.f_lineno > 0
+    assert caller.f_locals == {} and not hasattr(caller.f_code, "co_consts")
+    assert inspect.getframeinfo(here).function == "clamp"
+    assert any(line.name == "clamp" for line in traceback.extract_stack())
+    warnings.warn("clamp is deprecated", DeprecationWarning, stacklevel=2)
+    logging.getLogger("mathpkg").info("clamp at %s", caller.f_lineno, stack_info=True)
+    try:
+        raise ValueError(x)
+    except ValueError:
+        assert "ValueError" in traceback.format_exc()
+        logging.getLogger("mathpkg").exception("formatted")
+''')
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_code_under_test_may_introspect_its_own_frames(enclave, runner):
+    """inspect.currentframe / sys._getframe give views of the caller's own frames, the
+    deprecation pattern `currentframe().f_back.f_code.co_filename` works, and tracebacks,
+    logging.exception and warnings' stacklevel keep working: the reference passes unflagged."""
+    run = enclave.run_suite(TASKS[runner], patch_to(with_core(OWN_FRAMES)), seed=4)
+    assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}, run.outcomes
+    assert run.safety_flags == []
 
 
 @pytest.mark.parametrize("runner", sorted(TASKS))

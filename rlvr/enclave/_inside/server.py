@@ -124,10 +124,11 @@ class Server:
         self.trusted = runner.trusted_code_objects() + stack
         hook = runner.make_hook(
             self.trusted, runner.role_codes(runner, lean), hashlib.sha256,
-            runner.safe_getframe_callers(), runner.eq_originals(),
+            runner.safe_getframe_callers(), runner.eq_originals(), runner.traceback_readers(),
         )
         sys.addaudithook(hook)
         del hook
+        runner.install_frame_views()  # before the snapshot: children are checked against it
         runner.neuter_signals()
         runner.presnapshot()
         gc.freeze()  # forked children then do not copy-on-write the server's heap when collecting

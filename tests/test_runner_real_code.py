@@ -1,0 +1,267 @@
+"""Library-shaped code through the enclave: issue 12's problems 2-4, on both runners and
+every sandbox backend.
+
+`unitlib` is shaped like the small third-party libraries the real-library corpus imports:
+a value class whose ``__eq__`` builds an object from a dict and rejects unknown keys (the
+equality guard once failed correct fixes: ``eq_override``), a deprecation decorator that
+reads its caller through ``inspect.currentframe().f_back`` (refused frame access failed
+every test of the fixed state), error reporting through ``traceback.format_exc`` and
+``logging.exception``, and an upstream-style autouse conftest fixture that fills
+``doctest_namespace`` (``-p no:doctest`` made every test an error). Each shape has a test
+the bug breaks and one it does not: the reference fix must pass all of them with no
+safety flag, the buggy state must fail exactly the bug's tests.
+"""
+from __future__ import annotations
+
+import pytest
+
+from rlvr.enclave import Enclave
+from rlvr.sandbox import Limits
+from rlvr.tasks.model import Task
+from rlvr.tasks.patches import make_patch
+
+LIMITS = Limits(wall_seconds=60.0, cpu_seconds=4, memory_bytes=768 << 20, max_processes=32,
+                max_file_bytes=8 << 20, output_bytes=16 << 10)
+
+QUANTITY = '''\
+"""Quantities with units; equal to their dict form (as serialisation libraries do)."""
+
+_FACTORS = {"m": 1, "km": 100, "cm": 0.01}
+
+
+class Quantity:
+    _FIELDS = ("value", "unit")
+
+    def __init__(self, value, unit):
+        self.value = value
+        self.unit = unit
+
+    @classmethod
+    def from_dict(cls, data):
+        unknown = set(data) - set(cls._FIELDS)
+        if unknown:
+            raise TypeError(f"unexpected keys: {len(unknown)}")
+        return cls(**data)
+
+    def __eq__(self, other):
+        if isinstance(other, dict):
+            other = Quantity.from_dict(other)  # raises TypeError on a foreign dict
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return (self.value, self.unit) == (other.value, other.unit)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Quantity({self.value!r}, {self.unit!r})"
+
+
+def convert(q, unit):
+    return Quantity(q.value * _FACTORS[q.unit] / _FACTORS[unit], unit)
+'''
+
+COMPAT = '''\
+"""Deprecation helpers, the way libraries write them: the warning names the caller."""
+import functools
+import inspect
+import sys
+import warnings
+
+
+def deprecated(reason):
+    def decorate(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            caller = inspect.currentframe().f_back
+            warnings.warn_explicit(
+                f"{func.__name__} is deprecated: {reason}", DeprecationWarning,
+                filename=caller.f_code.co_filename, lineno=caller.f_lineno,
+                module=caller.f_globals.get("__name__", "?"),
+            )
+            return func(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
+def caller_name(depth=1):
+    return sys._getframe(depth).f_code.co_name
+'''
+
+REPORT = '''\
+"""Error reporting that formats the exception it caught."""
+import logging
+import traceback
+
+from unitlib.quantity import Quantity, convert
+
+log = logging.getLogger("unitlib")
+
+
+def parse(text):
+    """'2 km' -> Quantity(2.0, 'km'); a bad number gives the formatted traceback."""
+    number, unit = text.split()
+    try:
+        return Quantity(float(number), unit)
+    except ValueError:
+        log.exception("cannot parse %r", text)
+        return traceback.format_exc()
+
+
+def parse_to(text, unit):
+    q = parse(text)
+    return q if isinstance(q, str) else convert(q, unit)
+'''
+
+INIT = '''\
+from unitlib.compat import caller_name, deprecated
+from unitlib.quantity import Quantity, convert
+from unitlib.report import parse, parse_to
+
+old_convert = deprecated("use convert()")(convert)
+'''
+
+PUBLIC = '''\
+from unitlib import Quantity
+
+
+def test_repr():
+    assert repr(Quantity(1, "m")) == "Quantity(1, 'm')"
+'''
+
+REPO = {"unitlib/__init__.py": INIT, "unitlib/quantity.py": QUANTITY, "unitlib/compat.py": COMPAT,
+        "unitlib/report.py": REPORT, "tests/test_public.py": PUBLIC}
+FIXED = {**REPO, "unitlib/quantity.py": QUANTITY.replace('"km": 100,', '"km": 1000,')}
+
+# Upstream conftest shape: an autouse fixture that puts the package into doctest_namespace.
+CONFTEST = '''\
+import pytest
+
+import unitlib
+
+
+@pytest.fixture(autouse=True)
+def add_unitlib(doctest_namespace):
+    doctest_namespace["unitlib"] = unitlib
+'''
+
+HIDDEN_TESTS = '''\
+import pytest
+
+from unitlib import Quantity, caller_name, convert, old_convert, parse, parse_to
+
+
+def test_convert_equals_dict_form():
+    assert convert(Quantity(2, "km"), "m") == {"value": 2000, "unit": "m"}
+
+
+def test_dict_form_of_unchanged_unit():
+    assert convert(Quantity(3, "m"), "m") == {"value": 3, "unit": "m"}
+
+
+def test_foreign_dict_is_an_error():
+    with pytest.raises(TypeError):
+        assert Quantity(1, "m") == {"value": 1, "unit": "m", "extra": 0}
+
+
+def test_deprecated_alias_warns_at_the_caller():
+    with pytest.deprecated_call() as record:
+        assert old_convert(Quantity(1, "km"), "cm").value == 100000
+    assert record[0].filename == __file__
+    assert record[0].lineno > 1
+
+
+def test_deprecated_alias_of_unchanged_unit():
+    with pytest.deprecated_call():
+        assert old_convert(Quantity(5, "cm"), "cm").value == 5
+
+
+def test_caller_name_sees_the_test():
+    assert caller_name() == "test_caller_name_sees_the_test"
+
+
+def test_bad_number_reports_the_traceback():
+    text = parse("two km")
+    assert "Traceback (most recent call last)" in text
+    assert "ValueError" in text and "report.py" in text
+
+
+def test_parse_and_convert():
+    assert parse_to("1.5 km", "m").value == 1500
+'''
+
+# Needs the pytest runner: a fixture (caplog) sees logging.exception's formatted record.
+HIDDEN_LOGGING = '''\
+import logging
+
+from unitlib import parse
+
+
+def test_logging_exception_formats_the_traceback(caplog):
+    with caplog.at_level(logging.ERROR, logger="unitlib"):
+        parse("x m")
+    (record,) = caplog.records
+    assert record.exc_text is None or "ValueError" in record.exc_text
+    assert "ValueError" in caplog.text and "Traceback" in caplog.text
+'''
+
+BUG_TESTS = ("test_convert_equals_dict_form", "test_deprecated_alias_warns_at_the_caller", "test_parse_and_convert")
+
+
+def _task(hidden: dict[str, str], task_id: str) -> Task:
+    ids = sorted(f"test_units.py::{line[4:].split('(')[0]}" for line in HIDDEN_TESTS.splitlines()
+                 if line.startswith("def test_"))
+    if "test_logging.py" in hidden:
+        ids.append("test_logging.py::test_logging_exception_formats_the_traceback")
+    f2p = tuple(t for t in ids if t.split("::")[1] in BUG_TESTS)
+    return Task(task_id=task_id, family="unitlib", instruction="convert() gets kilometres wrong.",
+                repo_files=dict(REPO), public_tests=("tests/test_public.py",), hidden_tests=hidden,
+                reference_patch=make_patch(REPO, FIXED), fail_to_pass=f2p,
+                pass_to_pass=tuple(t for t in ids if t not in f2p))
+
+
+# Under pytest: the upstream conftest (doctest_namespace) and a caplog test; under the lean
+# runner: the same test module alone (no conftest, no fixture).
+TASKS = {
+    "pytest": _task({"conftest.py": CONFTEST, "test_units.py": HIDDEN_TESTS, "test_logging.py": HIDDEN_LOGGING},
+                    "unitlib-pytest"),
+    "lean": _task({"test_units.py": HIDDEN_TESTS}, "unitlib-lean"),
+}
+
+
+@pytest.fixture(scope="module")
+def enclave(sandbox_backend):
+    with Enclave(backend=sandbox_backend, limits=LIMITS, workers=1, consensus_runs=2) as enc:
+        yield enc
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_correct_fix_passes_every_library_shape(enclave, runner):
+    task = TASKS[runner]
+    run = enclave.run_suite(task, task.reference_patch, seed=11)
+    assert run.resources["runner"] == runner
+    assert run.outcomes == {t: "passed" for t in task.graded_tests}, (run.outcomes, run.safety_flags)
+    assert run.safety_flags == []
+    verdict = enclave.verify(task, task.reference_patch, seed=12)
+    assert (verdict.success, verdict.safety_flags) == (True, [])
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_buggy_state_fails_exactly_the_bug_tests(enclave, runner):
+    task = TASKS[runner]
+    run = enclave.run_suite(task, "", seed=11)
+    assert {t for t, o in run.outcomes.items() if o != "passed"} == set(task.fail_to_pass), run.outcomes
+    assert "eq_override" not in run.safety_flags
+    verdict = enclave.verify(task, "", seed=12)
+    assert (verdict.success, verdict.reason) == (False, "tests_failed")
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_always_equal_is_still_caught_next_to_a_raising_eq(enclave, runner):
+    """The guard still fails an object that claims equality with anything."""
+    cheat = QUANTITY.replace("def convert(q, unit):\n",
+                             "class _Any(Quantity):\n    def __eq__(self, other):\n        return True\n"
+                             "    __hash__ = None\n\n\ndef convert(q, unit):\n    return _Any(0, unit)\n")
+    patch = make_patch(REPO, {**REPO, "unitlib/quantity.py": cheat})
+    verdict = enclave.verify(TASKS[runner], patch, seed=13)
+    assert verdict.success is False
+    assert "eq_override" in verdict.safety_flags
