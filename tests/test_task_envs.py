@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sys
 import textwrap
 import zipfile
 from pathlib import Path
@@ -180,3 +181,158 @@ def test_enclave_gives_a_task_its_declared_environment(sandbox_backend, demo_env
         run = enc.run_suite(without, without.reference_patch, seed=1)
         assert run.outcomes.get("test_core.py::test_answer") != "passed"
         assert enc.verify(with_dep, with_dep.reference_patch, seed=2).success
+
+
+# ---- the real-library corpus (scripts/fetch_corpus.py, data/real/corpus.toml) -----------------
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fetch_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_corpus", REPO / "scripts" / "fetch_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("fetch_corpus", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+fc = _fetch_module()
+
+
+def _tiny_sdist(tmp: Path, *, licence: bool = True, evil: bool = False) -> Path:
+    """A real .tar.gz laid out like an sdist: one top directory, package, tests, licence."""
+    import io
+    import tarfile
+
+    members = {
+        "tinylib-0.1/tinylib/__init__.py": "def twice(x):\n    return 2 * x\n",
+        "tinylib-0.1/tests/test_tiny.py": "from tinylib import twice\n\ndef test_twice():\n    assert twice(2) == 4\n",
+    }
+    if licence:
+        members["tinylib-0.1/LICENSE"] = "MIT License\n"
+    if evil:
+        members["../escaped.txt"] = "outside\n"
+    out = tmp / "tinylib-0.1.tar.gz"
+    with tarfile.open(out, "w:gz") as tf:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out
+
+
+def _lock(tmp: Path, sdist: Path, sha: str | None = None) -> Path:
+    sha = sha or hashlib.sha256(sdist.read_bytes()).hexdigest()
+    path = tmp / "corpus.toml"
+    path.write_text(textwrap.dedent(f"""\
+        format = 1
+        [[library]]
+        name = "tinylib"
+        version = "0.1"
+        licence = "MIT"
+        licence_files = ["LICENSE"]
+        tests = ["tests"]
+        layout = "flat"
+        dependencies = []
+        sdist = {{ url = "https://example.invalid/{sdist.name}", sha256 = "{sha}" }}
+    """))
+    return path
+
+
+def _local_download(source: Path):
+    calls = []
+
+    def download(url: str, dest: Path) -> None:
+        calls.append(url)
+        dest.write_bytes(source.read_bytes())
+
+    download.calls = calls
+    return download
+
+
+def test_fetch_verifies_unpacks_keeps_licence_then_works_offline(tmp_path):
+    sdist = _tiny_sdist(tmp_path)
+    lock = fc.load_lock(_lock(tmp_path, sdist))
+    download = _local_download(sdist)
+    out = fc.fetch(lock, tmp_path / "cache", download=download)
+    src = out["tinylib"]
+    assert (src / "LICENSE").read_text() == "MIT License\n"
+    assert (src / "tinylib" / "__init__.py").is_file() and (src / "tests" / "test_tiny.py").is_file()
+    assert len(download.calls) == 1
+    again = fc.fetch(lock, tmp_path / "cache", offline=True, download=download)
+    assert again == out and len(download.calls) == 1  # cached file re-verified, not re-fetched
+
+
+def test_hash_mismatch_is_a_named_error_and_leaves_nothing(tmp_path):
+    sdist = _tiny_sdist(tmp_path)
+    lock = fc.load_lock(_lock(tmp_path, sdist, sha="0" * 64))
+    with pytest.raises(fc.HashMismatch, match="tinylib-0.1.tar.gz: sha256 .* does not match the pinned 0000"):
+        fc.fetch(lock, tmp_path / "cache", download=_local_download(sdist))
+    assert list((tmp_path / "cache" / "sdists").iterdir()) == []
+    assert not (tmp_path / "cache" / "src").exists()
+
+
+def test_missing_licence_and_path_escape_are_refused(tmp_path):
+    no_licence = _tiny_sdist(tmp_path, licence=False)
+    with pytest.raises(fc.CorpusLockError, match="licence file LICENSE is not in"):
+        fc.fetch(fc.load_lock(_lock(tmp_path, no_licence)), tmp_path / "c1",
+                 download=_local_download(no_licence))
+    evil = _tiny_sdist(tmp_path, evil=True)
+    with pytest.raises(fc.RlvrError, match="cannot unpack"):
+        fc.fetch(fc.load_lock(_lock(tmp_path, evil)), tmp_path / "c2", download=_local_download(evil))
+    assert not (tmp_path / "c2" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
+
+
+def test_bad_lock_entries_name_the_field(tmp_path, capsys):
+    sdist = _tiny_sdist(tmp_path)
+    path = _lock(tmp_path, sdist)
+    path.write_text(path.read_text().replace("dependencies = []", 'dependencies = ["six==1.17.0"]'))
+    with pytest.raises(fc.CorpusLockError, match="library 'tinylib': dependency six==1.17.0 has no"):
+        fc.load_lock(path)
+    path.write_text(path.read_text().replace('layout = "flat"', 'layout = "weird"'))
+    with pytest.raises(SystemExit) as exc:
+        fc.main(["--lock", str(path), "--cache", str(tmp_path / "cache")])
+    assert exc.value.code == 2 and "field 'layout'" in capsys.readouterr().err
+
+
+def test_committed_lock_pins_at_least_five_libraries_with_licences():
+    lock = fc.load_lock()
+    assert len(lock.libraries) >= 5
+    assert len({lib.name for lib in lock.libraries}) == len(lock.libraries)
+    for lib in lock.libraries:
+        assert lib.licence and lib.licence_files and lib.tests, lib.name
+        assert lib.sdist.url.startswith("https://files.pythonhosted.org/"), lib.name
+    assert any(lib.layout == "src" for lib in lock.libraries)
+    assert any(lib.dependencies for lib in lock.libraries)
+
+
+SLUGIFY = REPO / "data" / "real" / ".cache" / "src" / "python-slugify-9.2.0"
+
+
+@pytest.mark.skipif(not SLUGIFY.is_dir(), reason="corpus not fetched (python scripts/fetch_corpus.py)")
+def test_real_library_suite_runs_unchanged_with_its_declared_env(sandbox_backend, tmp_path):
+    """python-slugify's own suite (its pyproject config, filterwarnings=error, its imports of
+    text_unidecode) runs as shipped: it passes with its declared dependency layer and cannot
+    even be collected without it (the pipeline venv does not stand in)."""
+    from rlvr.tasks.project_config import read_project_dir
+
+    lib = next(lib for lib in fc.load_lock().libraries if lib.name == "python-slugify")
+    wheelhouse = REPO / "data" / "real" / ".cache" / "wheelhouse"
+    env = envs.task_env(lib.dependencies, wheelhouse=wheelhouse, root=tmp_path / "envs")
+    cfg = read_project_dir(SLUGIFY, plugins=[*envs.runner_versions(), "text-unidecode"])
+    assert cfg.config_file == "pyproject.toml" and cfg.testpaths == ("tests",)
+    sandbox = get_sandbox(sandbox_backend)
+    argv = [sandbox.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
+            *cfg.pytest_overrides()]
+    from rlvr.sandbox import Mount
+
+    kwargs = dict(mounts=[Mount(SLUGIFY, "/work")], cwd="/work",
+                  env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"},
+                  limits=Limits(wall_seconds=120, cpu_seconds=120))
+    ran = sandbox.run(argv, task_env=env, **kwargs)
+    assert ran.exit_code == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert " passed" in ran.stdout and "failed" not in ran.stdout
+    bare = sandbox.run(argv, **kwargs)
+    assert bare.exit_code != 0 and "text_unidecode" in bare.stdout
