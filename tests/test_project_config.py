@@ -123,3 +123,17 @@ def test_overrides_make_a_cov_project_runnable(tmp_path):
                            capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "1 passed" in fixed.stdout
+
+
+def test_for_task_counts_the_task_env_plugins():
+    """A plugin the task declares keeps its options; the runner layer's pytest-timeout too."""
+    from rlvr.tasks.model import Task
+    from rlvr.tasks.project_config import for_task, run_tests_args
+
+    files = {"setup.cfg": "[tool:pytest]\naddopts = --cov=demo --timeout=5 -ra\n", "demo.py": ""}
+    task = Task("t", "f", "i", files, (), {"test_x.py": ""}, "", dependencies=())
+    assert for_task(task).addopts == ("--timeout=5", "-ra")
+    assert run_tests_args(task) == ["-o", "addopts=--timeout=5 -ra"]
+    with_cov = task.with_(dependencies=("pytest-cov==5.0.0",))
+    assert for_task(with_cov).addopts == ("--cov=demo", "--timeout=5", "-ra")
+    assert run_tests_args(with_cov) == []

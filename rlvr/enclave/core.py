@@ -46,7 +46,7 @@ from rlvr.seeds import derive_seed
 from rlvr.tasks import patches
 from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import check_patch
-from rlvr.tasks.project_config import read_project_config
+from rlvr.tasks import project_config
 from rlvr.versioning import source_digest
 
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
@@ -137,7 +137,7 @@ def project_fields(task: Task) -> dict:
     the same reading the agent's run_tests uses): `pythonpath` (repo-relative dirs to put on
     sys.path ahead of the repo root, e.g. ["src"]), `markers`, kept `addopts`, `testpaths`.
     A config pytest cannot parse is the task's fault: ConfigError names the file."""
-    return read_project_config(task.repo_files).job_fields()
+    return project_config.for_task(task).job_fields()
 
 
 class _Worker:

@@ -164,6 +164,22 @@ def read_project_config(files: Mapping[str, str], *,
     )
 
 
+def for_task(task) -> ProjectConfig:
+    """`read_project_config` of a task's buggy snapshot, with the plugins its sandbox really
+    has: the runner layer's distributions and the task's declared dependencies
+    (rlvr.sandbox.envs). The one reading both the agent's run_tests and the enclave use."""
+    from rlvr.sandbox.envs import runner_versions
+
+    plugins = [*runner_versions(), *(pin.split("==", 1)[0] for pin in task.dependencies)]
+    return read_project_config(task.repo_files, plugins=plugins)
+
+
+def run_tests_args(task) -> list[str]:
+    """The extra pytest arguments of the agent's run_tests for `task` (started in the
+    checkout, which pytest's own config discovery also reads): `for_task(task)`'s overrides."""
+    return for_task(task).pytest_overrides()
+
+
 def split_addopts(args: list[str], plugins: Iterable[str]) -> tuple[list[str], list[DroppedOption]]:
     """Split `addopts` tokens into (kept, dropped): plugin options whose distribution is not
     in `plugins`, and builtin options a sandboxed run cannot honour."""
@@ -286,4 +302,5 @@ def read_project_dir(root: Path | str, **kwargs) -> ProjectConfig:
     return read_project_config(files, **kwargs)
 
 
-__all__ = ["DroppedOption", "ProjectConfig", "read_project_config", "read_project_dir", "split_addopts"]
+__all__ = ["DroppedOption", "ProjectConfig", "for_task", "read_project_config", "read_project_dir",
+           "run_tests_args", "split_addopts"]
