@@ -24,10 +24,12 @@ What each side runs per generation batch (one "loop step" = `--epochs` optimizer
 * rlvr: the GRPO trainer's own pieces (`rlvr.train.grpo`), as its loop calls them, with
   this single-turn reward in place of the agent episode + enclave verdict: the in-process
   `TorchEngine.generate` on a separate copy of the weights (G members of a prompt share one
-  prefill), `behaviour_metrics` (entropy + sampler/trainer logprob mismatch, a no-grad
-  forward the loop runs every step), `update_policy` (π_old forward, SPEC §7 `grpo_loss`,
-  the SFT trainer's AdamW backend), `state_version` and `engine.sync_weights`. Every group
-  is trained on (no dynamic sampling), as TRL does.
+  prefill), `train_on` (the loop's training half: `update_policy` — per optimizer step one
+  forward + SPEC §7 `grpo_loss` + backward per micro-batch, π_old = epoch 0's own detached
+  forward, the SFT trainer's AdamW backend — with the behaviour metrics the loop logs every
+  step, entropy + sampler/trainer logprob mismatch, taken from that same forward),
+  `state_version` and `engine.sync_weights`. Every group is trained on (no dynamic
+  sampling), as TRL does.
 
 Timing: seconds per optimizer step = wall time of the loop steps after the first (warmup)
 one / their optimizer steps; TRL's from `on_step_end` callbacks. Each side runs `--repeats`
@@ -126,7 +128,7 @@ def run_ours(model_dir: Path, prompts: list[dict], a) -> dict:
     from rlvr.engines.torch_engine import TorchEngine
     from rlvr.rl.advantages import AdvantageConfig
     from rlvr.rl.loss import GRPOLossConfig
-    from rlvr.train.grpo import behaviour_metrics, state_version, update_policy
+    from rlvr.train.grpo import state_version, train_on
     from rlvr.train.grpo_config import GRPOParams
     from rlvr.train.sft import _backend
 
@@ -171,21 +173,19 @@ def run_ours(model_dir: Path, prompts: list[dict], a) -> dict:
                              "logprobs": [0.0] * len(p) + s.logprobs,
                              "turn_ids": [-1] * len(p) + [0] * n, "n_turns": 1})
             r = [reward(texts[gi * G + g], prompts[i]["answer"]) for g in range(G)]
-            groups.append({"rows": rows, "rewards": r})
+            groups.append({"rows": rows, "rewards": r, "status": "accepted"})
             rewards += r
         tokens += sum(len(s.token_ids) for s in samples)
         t2 = time.perf_counter()
-        behaviour_metrics(model, [r for g in groups for r in g["rows"]], scoring, params)
-        t3 = time.perf_counter()
-        upd = update_policy(model, backend, groups, params, scoring, None, 0.0, policy_step)
+        upd = train_on(model, backend, groups, params, scoring, None, 0.0, policy_step)
         t4 = time.perf_counter()
         policy_step += int(upd["train/optimizer_steps"])
         engine.sync_weights(model.state_dict(), state_version(model), policy_step)
         step_s.append(time.perf_counter() - t0)
         gen_s.append(t1 - t0)
         if k:  # after the warmup step
-            for key, v in (("reward", t2 - t1), ("behaviour_metrics", t3 - t2),
-                           ("update_policy", t4 - t3), ("sync", step_s[-1] - (t4 - t0))):
+            for key, v in (("reward", t2 - t1), ("train_on", t4 - t2),
+                           ("sync", step_s[-1] - (t4 - t0))):
                 phases[key] = phases.get(key, 0.0) + v
     res = _result(step_s, gen_s, a.epochs, policy_step, rewards, tokens, rss_start)
     res["phase_share"] = {k: v / sum(step_s[1:]) for k, v in phases.items()}
