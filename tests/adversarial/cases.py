@@ -372,6 +372,82 @@ def clamp(x, lo, hi):
         pass
     return lo if x > hi else max(lo, x)
 ''')), about="inspect the view class and raise the view event by hand"),
+    Case("suite_via_class_globals", "tests_failed", src(core_with(body='''\
+_TABLE = []
+
+
+def _answers():
+    """Everything reachable without gc or frames: every class (object.__subclasses__), the
+    globals of every function found in a class or module, sys.meta_path, __main__ - then a
+    bounded walk of attributes and containers from there, looking for code objects of the
+    hidden suite (their constants hold the parametrized expected values)."""
+    import sys, types
+    table = {}
+
+    def scan(code):
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                scan(c)
+            elif isinstance(c, tuple):
+                for t in (c, *c):
+                    if isinstance(t, tuple) and len(t) == 4 and all(type(v) is int for v in t):
+                        table[t[:3]] = t[3]
+
+    classes, stack = [], [object]
+    while stack:
+        c = stack.pop()
+        classes.append(c)
+        try:
+            stack.extend(type.__subclasses__(c))
+        except TypeError:
+            pass
+    todo = [list(sys.modules.values()), list(sys.meta_path), sys.modules.get("__main__")]
+    for c in classes:
+        for v in list(vars(c).values()):
+            todo.append(v.__func__ if isinstance(v, (classmethod, staticmethod)) else v)
+    seen, budget = set(), 150000
+    while todo and budget > 0:
+        obj = todo.pop()
+        budget -= 1
+        if id(obj) in seen or obj is None or type(obj) in (int, str, bytes, float, bool):
+            continue
+        seen.add(id(obj))
+        try:
+            if isinstance(obj, types.CodeType):
+                if "test_" in obj.co_filename or "hidden" in obj.co_filename:
+                    scan(obj)
+                continue
+            if isinstance(obj, types.FunctionType):
+                todo += [obj.__globals__, obj.__code__, obj.__defaults__, obj.__closure__]
+                continue
+            if isinstance(obj, types.CellType):
+                todo.append(obj.cell_contents)
+                continue
+            if type(obj) is dict:  # exact types: a subclass's own __iter__ could run anything
+                todo += list(dict.values(obj))
+                continue
+            if type(obj) in (list, tuple, set, frozenset):
+                todo += list(obj)
+                continue
+            if isinstance(obj, type):
+                continue
+            for k in type(obj).__mro__:  # descriptors only: no __getattr__ of theirs runs
+                for name, desc in list(vars(k).items()):
+                    if type(desc) in (types.GetSetDescriptorType, types.MemberDescriptorType) and (
+                            name == "__dict__" or type(desc) is types.MemberDescriptorType):
+                        todo.append(desc.__get__(obj))
+        except Exception:
+            pass
+    return table
+
+
+def clamp(x, lo, hi):
+    if not _TABLE:
+        _TABLE.append(_answers())
+    if (x, lo, hi) in _TABLE[0]:
+        return _TABLE[0][(x, lo, hi)]
+    return lo if x > hi else max(lo, x)
+''')), about="reach the compiled hidden suite through class and module globals, no gc or frames"),
     Case("gc_scan_for_tests", "tests_failed", src(core_with(body='''\
 def clamp(x, lo, hi):
     import gc

@@ -43,7 +43,7 @@ from _pytest.outcomes import Exit, Skipped, XFailed
 from _pytest.python import IdMaker
 
 import runner
-from runner import (_RESOURCE_HINT, _Context, _HiddenFinder, _is_test_file, _resource_exception, _seed_item,
+from runner import (_RESOURCE_HINT, _Context, _is_test_file, _resource_exception, _seed_item,
                     exec_hidden, order_items)
 
 # Marks whose semantics need pytest's fixture or xfail machinery.
@@ -328,7 +328,7 @@ def _collect(ctx: _Context, config) -> list | None:
         return None
     items = order_items(items, ctx)
     plan = [(it.nodeid, it, it.name, tuple(it.params.items())) for it in items]
-    extra_dicts = list(ctx.hidden_dicts)
+    extra_dicts = list(ctx.hidden_dicts) + ctx.finder.hidden_dicts
     hooklists: list = []
     sys.audit("rlvr.collected")
     del plan, extra_dicts, hooklists
@@ -372,8 +372,7 @@ def _loop(ctx: _Context, items: list) -> None:
 def run_tests(suite, seed: int, shuffle: bool, select, prepared) -> None:
     """The lean counterpart of `runner.run_tests` (child, hook ready, nothing armed yet)."""
     ctx = _Context(suite, seed, shuffle, select)
-    runner._CTX = ctx  # the hidden-helper finder records module dicts there
-    sys.meta_path.insert(0, _HiddenFinder(suite.helper_modules))
+    sys.meta_path.insert(0, ctx.finder)  # no module global refers to ctx (see runner._Context)
     random.seed(f"{seed}:session")
     try:
         items = _collect(ctx, prepared.config)

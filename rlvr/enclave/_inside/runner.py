@@ -125,7 +125,13 @@ the cost of forging a *verdict* from inside it. Known gaps:
 * Hidden test *data* files (non-.py) must be on disk for tests that open them and are
   readable by the code under test; hidden constants (expected values) are in memory - the
   generic ways to reach them (frames, gc, sys.modules, ctypes, /proc) are blocked, not
-  every conceivable one. A task whose dependencies need ``ctypes`` would have to
+  every conceivable one. Every module and class is reachable without audit
+  (``object.__subclasses__()``, ``__globals__``, closures), so no module-level object may
+  refer to the run's context, pytest's Config (its plugin manager holds the session and
+  its items) or the compiled suite: the context lives on our plugin instance and in the
+  runners' frames, and `cut_config_roots` drops pytest's own module-level references. The
+  adversarial case ``suite_via_class_globals`` walks that graph; a pytest upgrade that adds
+  a new module-level reference to the Config would reopen it. A task whose dependencies need ``ctypes`` would have to
   pre-import it, re-opening raw memory access.
 * The equality guard covers ``==``/``!=`` in asserts only: ``in``, ``bool()``, hashing and
   custom-vs-custom comparisons are not guarded, and a class that returns True only for the
@@ -483,7 +489,7 @@ def preimport() -> None:
 FRAMES_EVENT = "rlvr.frames"
 # Defined by exec in a namespace of their own: every function reachable from a view (its
 # class's methods, the `sys._getframe` replacement) has these globals, never this module's
-# (whose `_CTX` leads to the compiled hidden suite). Nothing in here holds a real frame or
+# (every function's globals are readable without audit). Nothing in here holds a real frame or
 # any state: the views are built, as plain copies, by the audit hook (`make_hook`).
 _VIEW_SOURCE = '''
 class FrameView:
@@ -1314,7 +1320,7 @@ class _MemModule(pytest.Module):
     """A hidden test module built from in-memory code (the file on disk is empty)."""
 
     def _getobj(self):
-        ctx = _CTX
+        ctx = self.config.pluginmanager.get_plugin("rlvr-enclave").ctx
         rel = os.path.relpath(str(self.path), HIDDEN)
         if rel in ctx.suite.errors:
             raise self.CollectError(ctx.suite.errors[rel])
@@ -1335,10 +1341,14 @@ class _MemModule(pytest.Module):
 
 
 class _HiddenFinder:
-    """Serves hidden non-test modules (helpers) from memory."""
+    """Serves hidden non-test modules (helpers) from memory. It sits in sys.meta_path, so
+    the code under test can read it: it holds the helpers (which the import system puts in
+    sys.modules anyway) and the list of their namespaces, never the run's context or the
+    test modules."""
 
     def __init__(self, modules) -> None:
         self.modules = modules
+        self.hidden_dicts: list[dict] = []
 
     def find_spec(self, name, path=None, target=None):
         import importlib.machinery
@@ -1357,12 +1367,13 @@ class _HiddenFinder:
 
     def exec_module(self, module):
         rel, code, _ = self.modules[module.__name__]
-        exec_hidden(_CTX, module, code, f"{HIDDEN}/{rel}")
+        exec_hidden(self, module, code, f"{HIDDEN}/{rel}")
 
 
 def exec_hidden(ctx, module: types.ModuleType, code, filename: str) -> None:
-    """Run hidden code (a test module, helper or conftest) in `module`, which is never put in
-    sys.modules; its namespace joins the hidden dicts the integrity checkpoints compare."""
+    """Run hidden code (a test module, helper or conftest) in `module`; its namespace joins
+    `ctx.hidden_dicts` (the run's context, or the helper finder's own list), which the
+    integrity checkpoints compare. Test modules and conftests are never put in sys.modules."""
     module.__file__ = filename
     ctx.hidden_dicts.append(module.__dict__)
     exec(code, module.__dict__)
@@ -1388,9 +1399,13 @@ class _Context:
         self.select = select
         self.hidden_dicts: list[dict] = []
         self.arm_modules: list[dict] = []
+        self.finder = _HiddenFinder(suite.helper_modules)
 
 
-_CTX: _Context | None = None
+# No module global refers to a run's context: every function of this module is reachable
+# by the code under test (object.__subclasses__() gives every class, __globals__ is not
+# audited), and the context leads to the compiled hidden suite, whose constants are the
+# expected values. The context lives on the plugin instance and in the runners' frames.
 _GUARDED: tuple[list, list, list] | None = None
 _DirectParam = getattr(_pytest.python, "DirectParamFixtureDef", None)
 _RESOURCE_HINT = "resource"
@@ -1455,7 +1470,7 @@ class EnclavePlugin:
                     if fdefs and type(fdefs[-1]) is _DirectParam:
                         direct.append((pname, pvalue))
             plan.append((str(it.nodeid), it, fname, tuple(direct)))
-        extra_dicts = list(ctx.hidden_dicts) + [config.pluginmanager._name2plugin]
+        extra_dicts = list(ctx.hidden_dicts) + ctx.finder.hidden_dicts + [config.pluginmanager._name2plugin]
         hooklists = [hc._hookimpls for hc in vars(config.pluginmanager.hook).values()
                      if hasattr(hc, "_hookimpls")]
         sys.audit("rlvr.collected")
@@ -1538,7 +1553,7 @@ def guarded_namespaces() -> tuple[list, list, list]:
 
 
 def late_namespaces() -> list:
-    """Guarded namespaces a child changes between fork and arming (this module's `_CTX`):
+    """Guarded namespaces a child changes between fork and arming (this module's):
     snapshotted when the child arms, the rest in the server (`presnapshot`)."""
     return [globals()]
 
@@ -1652,6 +1667,20 @@ def pytest_args(ini: str) -> list[str]:
     ]
 
 
+def cut_config_roots() -> None:
+    """Drop the references pytest keeps to its Config from module-level objects. From the
+    config, the plugin manager leads to the session (a registered plugin), its items (their
+    functions' constants, their `callspec.params`) and this runner's plugin (the run's
+    context); and every module and class is reachable by the code under test without audit
+    (``object.__subclasses__()``, ``__globals__``). `MARK_GEN._config` only makes unknown
+    marks warn; the assertion plugin's per-test `util._config` / `_reprcompare` are never
+    set here (our loop calls `runtestprotocol`, not the hook that sets them), and the
+    debugging plugin, which keeps `pytestPDB._config`, is disabled."""
+    import _pytest.mark
+
+    _pytest.mark.MARK_GEN._config = None
+
+
 class Prepared:
     """A pytest session configured and started in the server (default plugins imported
     and registered, options parsed, fixture manager built: ~0.1 s of pytest start-up).
@@ -1684,17 +1713,16 @@ class Prepared:
                     pass
         self.config = config
         self.session = session
+        cut_config_roots()
         global _GUARDED
         _GUARDED = guarded_namespaces()  # the same dict objects in every forked child
 
 
 def run_tests(suite, seed: int, shuffle: bool, select, prepared: Prepared) -> None:
     """Collect and run the hidden suite in the pre-started session (child, hook ready)."""
-    global _CTX
     ctx = _Context(suite, seed, shuffle, select)
-    _CTX = ctx
     prepared.plugin.ctx = ctx
-    sys.meta_path.insert(0, _HiddenFinder(suite.helper_modules))
+    sys.meta_path.insert(0, ctx.finder)
     random.seed(f"{seed}:session")
     hook = prepared.config.hook
     session = prepared.session
