@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 import time
@@ -60,8 +61,15 @@ CAUGHT = {"old": ("caught",), "new": ("caught", "caught_later", "caught_suite")}
 
 def hidden_suite(k: int) -> str:
     """Stable tests, four order-setters and one flaky test per kind; names carry `k` so every
-    candidate's suite (and its seeded outcomes) differs."""
-    setters = "".join(f"\n\ndef test_setup_{k}_{i}():\n    _STATE.add({i})\n" for i in range(4))
+    candidate's seeded outcomes differ, and random setter names plus 0-6 filler tests give
+    every candidate its own shuffled orders (the enclave shuffles the sorted ids by the run
+    seed alone: same-shaped suites would share one permutation per seed)."""
+    rng = random.Random(k)
+    setters = "".join(f"\n\ndef test_{rng.choice('abcdefghijklmnopqrstuvwxyz')}"
+                      f"{rng.randrange(10**6)}_{k}_{i}():\n    _STATE.add({i})\n"
+                      for i in range(4))
+    setters += "".join(f"\n\ndef test_fill_{k}_{j}():\n    assert double({j}) == {2 * j}\n"
+                       for j in range(rng.randrange(7)))
     return f'''import os
 import random
 import time
@@ -166,6 +174,9 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=60)
     ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
     ap.add_argument("--max-mutants", type=int, default=2)
+    ap.add_argument("--calibrate", type=int, default=40,
+                    help="fixed-state runs of each of the first 5 candidates that measure "
+                    "each kind's real failure rate")
     args = ap.parse_args()
 
     base = CurationParams(max_mutants=args.max_mutants, check_public_tests=False)
@@ -194,10 +205,21 @@ def main() -> None:
                     per = st["by_kind"].setdefault(kind, {"caught": 0, "n": 0})
                     per["n"] += 1
                     per["caught"] += f in CAUGHT[arm]
+        fails = {kind: [0, 0] for kind in KINDS}
+        for k in range(min(5, args.tasks)):
+            task = make_task(k)
+            patch = task.reference_patch
+            for r in range(args.calibrate):
+                run = enclave.run_suite(task, patch, seed=10**6 + r)
+                for tid, kind in flaky_ids(k).items():
+                    fails[kind][0] += run.outcomes.get(tid) != "passed"
+                    fails[kind][1] += 1
     n = args.tasks
     report = {"tasks": n, "flaky_tests_per_arm": n * len(KINDS), "backend": args.backend,
               "theory_p0.2": {"old_5_runs": round(catch_probability(0.2, 5), 4),
-                              "new_14_runs": round(catch_probability(0.2, 14), 4)}}
+                              "new_14_runs": round(catch_probability(0.2, 14), 4)},
+              "measured_fail_rate": {kind: {"rate": round(f / t, 3), "ci95": wilson(f, t)}
+                                     for kind, (f, t) in fails.items() if t}}
     for arm, st in stats.items():
         caught = sum(st["fates"].get(f, 0) for f in CAUGHT[arm])
         total = n * len(KINDS)

@@ -102,6 +102,8 @@ def test_malformed_task_is_a_named_error(tmp_path, params, capsys):
 def test_missing_task_dir_is_a_named_error(tmp_path, params, capsys):
     code, _, err = _check(capsys, tmp_path / "absent", params)
     assert code == 2 and err == f"error: {tmp_path / 'absent'}: task directory not found\n"
+    code, _, err = _check(capsys, params, params)
+    assert code == 2 and err == f"error: {params}: is a file, expected a task directory\n"
 
 
 def test_rejection_log_is_printed_readably(tmp_path, capsys):

@@ -223,7 +223,9 @@ def check_task(task_dir: Path | str, params, sandbox_params) -> CheckReport:
 
     task_dir = Path(task_dir)
     if not task_dir.is_dir():
-        raise TaskFormatError(f"{task_dir}: task directory not found")
+        raise TaskFormatError(f"{task_dir}: " + ("is a file, expected a task directory"
+                                                 if task_dir.exists() else
+                                                 "task directory not found"))
     task = load_task_dir(task_dir)
     try:
         fixed = apply_patch(task.repo_files, task.reference_patch,
