@@ -207,3 +207,20 @@ def test_bwrap_supervisor_keeps_only_setuid_setgid(bwrap_sandbox):
     assert int(status["CapEff"].strip(), 16) == (1 << 6) | (1 << 7)  # CAP_SETGID | CAP_SETUID
     assert status["NoNewPrivs"].strip() == "1"
     assert lines[3].startswith("uids=") and ":" in lines[3]
+
+
+def test_bwrap_runs_the_runner_layer_not_the_pipeline_venv(bwrap_sandbox):
+    """sys.prefix inside is the runner layer (rlvr.sandbox.envs); the venv rlvr runs in is not
+    mounted at all, so neither its packages nor its path are visible."""
+    import json
+    import sys
+
+    code = ("import json, os, sys; print(json.dumps({'prefix': sys.prefix, "
+            f"'host_venv': os.path.exists({sys.prefix!r}), "
+            "'site': [p for p in sys.path if 'site-packages' in p]}))")
+    r = bwrap_sandbox.run([bwrap_sandbox.python, "-c", code], cwd="/tmp", limits=FAST)
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["prefix"] == "/opt/rlvr/venv"
+    assert rep["host_venv"] is (sys.prefix == sys.base_prefix)  # only the base install is bound
+    assert all(p.startswith("/opt/rlvr/venv/") for p in rep["site"]), rep["site"]

@@ -498,3 +498,25 @@ def test_serve_reports_a_dead_server(sandbox):
         assert not handle.alive()
     finally:
         handle.close()
+
+
+def test_task_env_layer_is_read_only_and_must_exist(sandbox, tmp_path):
+    """A task's dependency layer (rlvr.sandbox.envs) is importable, read-only, on both
+    backends; a layer that does not exist is refused before anything starts."""
+    layer = tmp_path / "layer"
+    (layer / "layered_mod").mkdir(parents=True)
+    (layer / "layered_mod" / "__init__.py").write_text("VALUE = 7\n")
+    r = py(sandbox, """
+        import json, layered_mod, os
+        try:
+            open(os.path.join(os.path.dirname(layered_mod.__file__), "x"), "w")
+            wrote = True
+        except OSError:
+            wrote = False
+        print(json.dumps({"value": layered_mod.VALUE, "wrote": wrote, "where": layered_mod.__file__}))
+    """, cwd="/tmp", task_env=layer)
+    rep = report(r)
+    assert rep == {"value": 7, "wrote": False,
+                   "where": "/opt/rlvr/taskenv/site-packages/layered_mod/__init__.py"}
+    with pytest.raises(FileNotFoundError, match="task environment does not exist"):
+        py(sandbox, "pass", cwd="/tmp", task_env=tmp_path / "missing")

@@ -44,8 +44,8 @@ def build_wheel(wheelhouse: Path, name: str = DEP, version: str = "1.0",
     wheelhouse.mkdir(parents=True, exist_ok=True)
     out = wheelhouse / f"{module}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(out, "w") as zf:
-        for path, data in files.items():
-            zf.writestr(path, data)
+        for path, data in files.items():  # fixed timestamps: same inputs, same wheel bytes
+            zf.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
     return out
 
 
@@ -336,3 +336,20 @@ def test_real_library_suite_runs_unchanged_with_its_declared_env(sandbox_backend
     assert " passed" in ran.stdout and "failed" not in ran.stdout
     bare = sandbox.run(argv, **kwargs)
     assert bare.exit_code != 0 and "text_unidecode" in bare.stdout
+
+
+def test_family_dependencies_are_inherited(tmp_path):
+    from taskkit import write_task
+
+    task_dir = write_task(tmp_path, "one")
+    family = load_task_dir(task_dir).family
+    (tmp_path / "families.yaml").write_text(f"{family}:\n  dependencies: [six==1.17.0]\n")
+    meta = task_dir / "task.yaml"
+    meta.write_text(meta.read_text() + f"dependencies: [{DEP}==1.0]\n")
+    assert load_task_dir(task_dir).dependencies == (f"{DEP}==1.0", "six==1.17.0")
+    (tmp_path / "families.yaml").write_text(f"{family}:\n  dependencies: [{DEP}==2.0]\n")
+    with pytest.raises(TaskFormatError, match="pinned twice"):
+        load_task_dir(task_dir)
+    (tmp_path / "families.yaml").write_text(f"{family}:\n  deps: []\n")
+    with pytest.raises(TaskFormatError, match="families.yaml: family .* unknown field 'deps'"):
+        load_task_dir(task_dir)

@@ -15,6 +15,10 @@
       hidden_tests/      test_*.py — the hidden suite; never enters the agent's workspace
       reference.patch    unified diff (a/ b/ paths relative to repo/) that fixes the bug
 
+A family's dependencies can be declared once, in a `families.yaml` beside the task
+directories (`<family>: {dependencies: [name==version, ...]}`); each task of that family gets
+them plus its own (a distribution pinned to two versions is an error).
+
 FAIL_TO_PASS / PASS_TO_PASS are not written by hand: curation computes them by running the
 hidden suite on the buggy and the fixed state (SPEC §1).
 """
@@ -30,6 +34,8 @@ from rlvr.tasks.model import Task
 from rlvr.tasks.patches import require_diff
 
 TASK_FILE = "task.yaml"
+FAMILIES_FILE = "families.yaml"
+FAMILY_KEYS = {"dependencies"}
 KNOWN_KEYS = {"task_id", "family", "instruction", "public_tests", "provenance", "dependencies"}
 SKIP_PARTS = {"__pycache__", ".git", ".pytest_cache"}
 
@@ -109,13 +115,38 @@ def load_task_dir(task_dir: Path | str) -> Task:
         reference_patch=reference,
         source="authored",
         provenance={"source_dir": task_dir.name, **provenance},
-        dependencies=_dependencies(meta.get("dependencies"), meta_path),
+        dependencies=_dependencies(meta.get("dependencies"), meta_path, task_dir.parent,
+                                   meta["family"].strip()),
     )
 
 
-def _dependencies(value, meta_path: Path) -> tuple[str, ...]:
+def family_meta(source: Path, family: str) -> dict:
+    """The entry of `family` in `source/families.yaml` ({} when there is none)."""
+    path = Path(source) / FAMILIES_FILE
+    if not path.is_file():
+        return {}
     try:
-        return parse_dependencies(value, str(meta_path))
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TaskFormatError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise TaskFormatError(f"{path}: must map each family name to a mapping")
+    entry = data.get(family) or {}
+    unknown = sorted(set(entry) - FAMILY_KEYS)
+    if unknown:
+        raise TaskFormatError(f"{path}: family '{family}': unknown field '{unknown[0]}'")
+    return entry
+
+
+def _dependencies(value, meta_path: Path, source: Path, family: str) -> tuple[str, ...]:
+    """The task's pins plus its family's (families.yaml), canonical and sorted."""
+    family_value = family_meta(source, family).get("dependencies")
+    try:
+        own = parse_dependencies(value, str(meta_path))
+        inherited = parse_dependencies(family_value, f"{source / FAMILIES_FILE}: family '{family}'")
+        return parse_dependencies([*inherited, *own], f"{meta_path} (with {FAMILIES_FILE})")
     except ConfigError as exc:
         raise TaskFormatError(str(exc)) from None
 

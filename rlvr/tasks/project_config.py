@@ -14,6 +14,11 @@ which only parse text — TOML, INI, setup.cfg — in pytest's precedence order 
 with `[pytest]`, setup.cfg with `[tool:pytest]`). Only the repository root is considered: it is
 the rootdir of every run here. Nothing of the project runs on the host.
 
+Trust. The configuration is always read from the task's pristine snapshot, never from a
+patched tree: `rlvr.tasks.patches.check_patch` refuses any patch touching a config file
+(setup.cfg, pyproject.toml, tox.ini, pytest.ini, *.toml, dotfiles), so the policy cannot add
+options to the enclave's run, and the agent's run_tests gets the same reading.
+
 `src/` layout: when the project's packages live under `src/` (a package or module there, and
 no `pythonpath` entry naming it), `src` goes on sys.path ahead of everything else, as an
 installed copy would be found first.
