@@ -700,7 +700,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         "fd": -1, "nonce": "", "suite": None, "plan": None, "pos": 0, "current": None,
         "loop": None, "passed": None, "snap": None, "full": None, "cwd": "/",
         "read_ok": (), "write_ok": (), "deny": (), "tamper": [], "pre_dicts": frozenset(),
-        "hooklists": None,
+        "hooklists": None, "vcache": {},
     }
 
     def debug(msg):
@@ -970,9 +970,9 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 return True
         return False
 
-    def view_of(g, back):
+    def view_of(g, back, hide):
         v = _new(view_cls)
-        if opaque(g):
+        if hide:
             code = g.f_code
             c = _new(code_cls)
             filename = _str(code.co_filename)
@@ -1030,10 +1030,27 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             chain.append(g)
             g = g.f_back
         S["in"] = True  # reading f_code / f_locals raises audit events of our own
+        cache = S["vcache"]
+        if _len(cache) > 4096:
+            cache.clear()
         try:
             view = None
             for g in chain[::-1]:
-                view = view_of(g, view)
+                # An opaque frame's view depends only on the frame, its line and the view
+                # below it: pytest's and the test's frames under a hot caller lookup are
+                # copied once, not once per call (the cache holds the frame, so its id is
+                # not reused while the entry lives; only opaque frames are cached).
+                key, line = _id(g), g.f_lineno
+                hit = cache.get(key)
+                if hit is not None and hit[0] is g and hit[1] == line and hit[2] is view:
+                    view = hit[3]
+                    continue
+                if not opaque(g):
+                    view = view_of(g, view, False)
+                    continue
+                made = view_of(g, view, True)
+                cache[key] = (g, line, view, made)
+                view = made
         finally:
             S["in"] = False
         del chain, g
