@@ -148,6 +148,20 @@ def test_pipeline_venv_is_invisible_and_declared_dep_imports(sandbox_backend, de
                                                   "yaml": False, "rlvr": False, DEP_MODULE: True}
 
 
+def test_both_backends_give_the_same_distributions(sandbox_backend, demo_env):
+    """Parity: tested code sees exactly the runner layer's distributions (same names and
+    versions on bwrap and docker) plus, with a task layer, the task's pins."""
+    sandbox = get_sandbox(sandbox_backend)
+    code = ("import importlib.metadata as md, json; print(json.dumps(sorted("
+            "f\"{d.metadata['Name'].lower().replace('_', '-')}=={d.version}\" for d in md.distributions())))")
+    runner = sorted(f"{n}=={v}" for n, v in envs.runner_versions().items())
+    for task_env, extra in ((None, []), (demo_env, [f"{DEP}==1.0"])):
+        r = sandbox.run([sandbox.python, "-c", code], cwd="/tmp", env=ENV, task_env=task_env,
+                        limits=Limits(wall_seconds=60))
+        assert r.exit_code == 0, r.stderr[-2000:]
+        assert json.loads(r.stdout) == sorted(runner + extra)
+
+
 HIDDEN = textwrap.dedent(f"""
     import {DEP_MODULE}
     from core import answer
