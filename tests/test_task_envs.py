@@ -367,3 +367,34 @@ def test_family_dependencies_are_inherited(tmp_path):
     (tmp_path / "families.yaml").write_text(f"{family}:\n  deps: []\n")
     with pytest.raises(TaskFormatError, match="families.yaml: family .* unknown field 'deps'"):
         load_task_dir(task_dir)
+
+
+HUMANIZE = REPO / "data" / "real" / ".cache" / "src" / "humanize-4.17.0"
+
+
+@pytest.mark.skipif(not HUMANIZE.is_dir(), reason="corpus not fetched (python scripts/fetch_corpus.py)")
+def test_src_layout_library_imports_its_own_copy(tmp_path):
+    """humanize: a src layout, native-TOML [tool.pytest] config with --doctest-modules, and
+    a suite that needs freezegun (-> python-dateutil -> six). With the project's reading and
+    its declared layer, its time and number tests pass unchanged in the sandbox; without the
+    reading, src/humanize is not importable (and no other copy stands in)."""
+    from rlvr.sandbox import Mount
+    from rlvr.tasks.project_config import read_project_dir
+
+    lib = next(lib for lib in fc.load_lock().libraries if lib.name == "humanize")
+    env = envs.task_env(lib.dependencies, wheelhouse=REPO / "data" / "real" / ".cache" / "wheelhouse",
+                        root=tmp_path / "envs")
+    cfg = read_project_dir(HUMANIZE, plugins=[*envs.runner_versions(), "freezegun"])
+    assert cfg.config_file == "pyproject.toml" and cfg.src_layout and cfg.import_paths == ("src",)
+    assert cfg.addopts == ("--doctest-modules",) and cfg.testpaths == ("src", "tests")
+    sandbox = get_sandbox("bwrap")
+    argv = [sandbox.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *cfg.pytest_overrides(),
+            "tests/test_time.py", "tests/test_number.py", "-k", "not benchmark"]
+    kwargs = dict(mounts=[Mount(HUMANIZE, "/work")], cwd="/work", task_env=env,
+                  env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"},
+                  limits=Limits(wall_seconds=120, cpu_seconds=120))
+    ran = sandbox.run(argv, **kwargs)
+    assert ran.exit_code == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    # without the project reading, nothing named humanize is importable at all
+    bare = sandbox.run([a for a in argv if a not in cfg.pytest_overrides()], **kwargs)
+    assert bare.exit_code != 0 and "No module named 'humanize'" in bare.stdout
