@@ -50,6 +50,7 @@ def test_good_task_shows_every_state_and_is_accepted(tmp_path, params, capsys):
     assert any(ln.startswith("== wrong solution stub:mini/core.py:clamp") for ln in lines)
     assert any(ln.startswith("== wrong solution edits_tests:tests/test_public.py: "
                              "verifier: patch_rejected") for ln in lines)
+    assert lines[-2] == "== public tests (the agent's run_tests on the buggy state): pytest exit 0"
     assert lines[-1].startswith("verdict: accepted (split train); fail_to_pass: "
                                 "test_hidden.py::test_clamp_above")
 
@@ -85,6 +86,16 @@ def test_broken_hidden_module_is_named_with_its_import_error(tmp_path, params, c
     assert "   COLLECT ERROR test_broken.py: ModuleNotFoundError: No module named 'mini.nothere'" \
         in out
     assert "verdict: rejected hidden_import_error: hidden module test_broken.py" in out
+
+
+def test_public_tests_the_agent_cannot_run_are_shown(tmp_path, params, capsys):
+    no_tests = "def helper():\n    return 1\n"
+    code, out, _ = _check(capsys, write_task(tmp_path, public=no_tests), params)
+    assert code == 1
+    assert ("== public tests (the agent's run_tests on the buggy state): NOT RUNNABLE: "
+            "no tests collected (pytest exit 5)") in out
+    assert "verdict: rejected public_tests_unrunnable: " in out
+    assert "   tests: tests/test_public.py" in out
 
 
 def test_malformed_task_is_a_named_error(tmp_path, params, capsys):

@@ -203,6 +203,7 @@ class CheckReport:
     family: str
     states: list[StateReport]
     verdict: object                # a curated Task or a Rejection
+    public: PublicRun | None = None  # the agent's run_tests on the buggy state
 
     @property
     def accepted(self) -> bool:
@@ -260,8 +261,9 @@ def check_task(task_dir: Path | str, params, sandbox_params) -> CheckReport:
                 label, run.status, dict(run.outcomes), list(run.safety_flags),
                 {t: m for t, (_, m) in diag.tests.items() if m},
                 {t: o for t, (o, _) in diag.tests.items()}, diag.collect_errors, run.detail))
+        public = public_tests_run(task, enclave.sandbox, enclave.limits)
         verdict = curate_one(task, enclave, params)
-    return CheckReport(task.task_id, task.family, reports, verdict)
+    return CheckReport(task.task_id, task.family, reports, verdict, public)
 
 
 def format_check(report: CheckReport) -> str:
@@ -288,6 +290,13 @@ def format_check(report: CheckReport) -> str:
             if state.messages.get(tid):
                 line += f"  -- {state.messages[tid]}"
             out.append(line)
+    if report.public is not None:
+        p = report.public
+        out.append("== public tests (the agent's run_tests on the buggy state): "
+                   + (f"pytest exit {p.exit_code}" if p.runnable and p.exit_code is not None
+                      else "none declared" if p.runnable else f"NOT RUNNABLE: {p.problem}"))
+        if p.error:
+            out.append(f"   error: {p.error}")
     v = report.verdict
     if isinstance(v, Rejection):
         out.append(f"verdict: rejected {v.reason}: {v.detail}")
