@@ -212,3 +212,98 @@ def test_flaky_params_are_checked():
                 {"max_flaky_share": 1.5}):
         with pytest.raises(ConfigError, match="curate."):
             CurationParams(**bad)
+
+
+# ---- the follow-up of a refused reference verdict, on a scripted enclave ------------------
+class ScriptedEnclave:
+    """run_suite / verify with scripted outcomes: the fixed state fails `flaky` exactly at the
+    seeds in `fail_seeds`, the buggy state fails test_clamp_above, any other state fails
+    everything; verify refuses the reference while `refusals` last (then replays decide)."""
+
+    consensus_runs = 3
+
+    def __init__(self, flaky: str, fail_seeds: set[int], refusals: int):
+        self.flaky, self.fail_seeds, self.refusals = flaky, fail_seeds, refusals
+        self.verifies = 0
+        self.seeds: list[int] = []
+
+    def run_suite(self, task, patch, *, seed, shuffle=True, tests=None):
+        from rlvr.enclave.core import SuiteRun
+        from rlvr.tasks.patches import apply_patch
+
+        ids = tests if tests is not None else sorted(
+            f"test_hidden.py::{n}" for n in ("test_clamp_above", "test_clamp_inside",
+                                             "test_clamp_below", "test_double"))
+        state = apply_patch(task.repo_files, patch, "scripted") if patch else task.repo_files
+        fixed = apply_patch(task.repo_files, task.reference_patch, "scripted")
+        self.seeds.append(seed)
+        if state == fixed:
+            out = {t: "failed" if t == self.flaky and seed in self.fail_seeds else "passed"
+                   for t in ids}
+        elif state == task.repo_files:
+            out = {t: "failed" if t.endswith("test_clamp_above") else "passed" for t in ids}
+        else:
+            out = {t: "failed" for t in ids}
+        return SuiteRun("ok", out, 0.0, {})
+
+    def verify(self, task, patch, *, seed):
+        from rlvr.enclave.core import Verdict
+        from rlvr.tasks.patches import check_patch
+
+        if not check_patch(task, patch).ok:
+            return Verdict(task.task_id, False, "patch_rejected", 0, "scripted", 0.0, {}, [])
+        self.verifies += 1
+        if self.verifies <= self.refusals:
+            return Verdict(task.task_id, False, "tests_failed", 2, "scripted", 0.0, {}, [])
+        return Verdict(task.task_id, True, "none", self.consensus_runs, "scripted", 0.0, {}, [])
+
+
+FOLLOW_UP = CurationParams(max_mutants=0, check_public_tests=False)
+DOUBLE = "test_hidden.py::test_double"
+
+
+def _verify_seed(params: CurationParams) -> int:
+    return params.seed + 7919 * params.fixed_state_runs(ScriptedEnclave.consensus_runs)
+
+
+def test_refused_reference_whose_replay_fails_a_test_quarantines_it(tmp_path):
+    from rlvr.enclave.core import run_seed
+
+    fails_in_verify = run_seed(_verify_seed(FOLLOW_UP), 1)
+    enclave = ScriptedEnclave(DOUBLE, {fails_in_verify}, refusals=1)
+    task = _curate(write_task(tmp_path), enclave, FOLLOW_UP)
+    assert not isinstance(task, Rejection), task.detail
+    assert dict(task.quarantined)[DOUBLE].startswith(
+        "flaky_suite: flaky on reference, passed 12/13 ")   # 11 runs + 2 replayed verify runs
+    assert DOUBLE not in task.graded_tests and enclave.verifies == 2
+
+
+def test_refusal_that_replays_do_not_reproduce_gets_more_runs_until_one_fails(tmp_path):
+    n_total = FOLLOW_UP.fixed_state_runs(ScriptedEnclave.consensus_runs)
+    third_extra = FOLLOW_UP.seed + 7919 * (n_total + 3)
+    enclave = ScriptedEnclave(DOUBLE, {third_extra}, refusals=1)
+    task = _curate(write_task(tmp_path), enclave, FOLLOW_UP)
+    assert not isinstance(task, Rejection), task.detail
+    assert DOUBLE in task.quarantined_ids
+    assert enclave.seeds.count(third_extra) == 1
+    assert FOLLOW_UP.seed + 7919 * (n_total + 4) not in enclave.seeds   # stopped at the first
+
+
+def test_refusal_nothing_reproduces_is_an_unnamed_flaky_suite(tmp_path):
+    enclave = ScriptedEnclave(DOUBLE, set(), refusals=1)
+    rej = _rejected(_curate(write_task(tmp_path), enclave, FOLLOW_UP), "flaky_suite")
+    assert rej.tests == () and "none could be named" in rej.detail
+
+
+def test_reference_refused_for_another_reason_is_reference_fails(tmp_path):
+    class Timeouts(ScriptedEnclave):
+        def verify(self, task, patch, *, seed):
+            from rlvr.enclave.core import Verdict
+
+            return Verdict(task.task_id, False, "timeout", 1, "scripted", 0.0, {},
+                           ["server_unresponsive"], "no reply from the enclave server")
+
+    rej = _rejected(_curate(write_task(tmp_path), Timeouts(DOUBLE, set(), 0), FOLLOW_UP),
+                    "reference_fails")
+    assert rej.flags == ("server_unresponsive",)
+    assert rej.error == "no reply from the enclave server"
