@@ -200,8 +200,8 @@ def test_output_fixtures_work_and_output_is_harmless(enclave):
                 "    assert 'mean of' in capsys.readouterr().out\n")
     with_io = make_task(task_id="tiny-io", hidden_tests={**HIDDEN, "test_io.py": io_tests})
     run = enclave.run_suite(with_io, patch_to(chatty), seed=1)
-    # logging's caller lookup (sys._getframe) is refused and flagged; logging copes with it
-    assert run.status == "ok" and not run.tampered
+    # logging's caller lookup (sys._getframe) gets frame views: nothing refused, nothing flagged
+    assert run.status == "ok" and run.safety_flags == []
     assert run.outcomes["test_io.py::test_caplog"] == "passed"
     assert run.outcomes["test_io.py::test_capsys"] == "passed"
     plain = enclave.run_suite(TASK, patch_to(chatty), seed=1)

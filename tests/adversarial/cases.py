@@ -448,6 +448,14 @@ def clamp(x, lo, hi):
         return _TABLE[0][(x, lo, hi)]
     return lo if x > hi else max(lo, x)
 ''')), about="reach the compiled hidden suite through class and module globals, no gc or frames"),
+    Case("rebind_frame_view_namespace", "tests_failed", src(core_with(prefix='''\
+import sys
+try:
+    sys._getframe.__globals__["_audit"] = lambda *a: None  # every caller gets "no stack"
+    type(sys._getframe()).__repr__ = lambda self: "<frame>"
+except Exception:
+    pass
+''')), flags=("tamper_integrity",), about="rebind what sys._getframe and its views run"),
     Case("gc_scan_for_tests", "tests_failed", src(core_with(body='''\
 def clamp(x, lo, hi):
     import gc

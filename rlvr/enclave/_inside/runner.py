@@ -561,15 +561,18 @@ def traceback_readers() -> dict:
     import linecache
     import traceback
 
-    extract = traceback.StackSummary.extract.__func__.__code__
-    nested = [c for c in extract.co_consts if isinstance(c, types.CodeType) and c.co_name == "extended_frame_gen"]
-    return {
-        "walkers": (traceback._walk_tb_with_full_positions.__code__, traceback.walk_tb.__code__),
-        "walk_tb": traceback.walk_tb.__code__,
-        "nested": tuple(nested),
-        "extractor": traceback.StackSummary._extract_from_extended_frame_gen.__func__.__code__,
-        "namespaces": (vars(traceback), vars(linecache), vars(itertools), vars(collections)),
-    }
+    try:  # CPython 3.11's private names; another layout means no tb_frame for anyone
+        extract = traceback.StackSummary.extract.__func__.__code__
+        nested = [c for c in extract.co_consts if isinstance(c, types.CodeType) and c.co_name == "extended_frame_gen"]
+        return {
+            "walkers": (traceback._walk_tb_with_full_positions.__code__, traceback.walk_tb.__code__),
+            "walk_tb": traceback.walk_tb.__code__,
+            "nested": tuple(nested),
+            "extractor": traceback.StackSummary._extract_from_extended_frame_gen.__func__.__code__,
+            "namespaces": (vars(traceback), vars(linecache), vars(itertools), vars(collections)),
+        }
+    except AttributeError:
+        return {}
 
 
 # ---------------------------------------------------------------------------------------
@@ -581,8 +584,10 @@ class _Blocked(PermissionError):
 
 def safe_getframe_callers() -> list[types.CodeType]:
     """Stdlib functions that call sys._getframe only to read the caller's module name
-    (namedtuple, typing, the Enum functional API). The frame never leaves them, so they
-    may have it; everyone else gets ValueError (which these also tolerate)."""
+    (namedtuple, typing, the Enum functional API). They look `sys._getframe` up at call
+    time and so get frame views like everyone; should one hold the raw builtin, the frame
+    never leaves it, so it may have one. Every other caller of the raw builtin gets
+    ValueError (which these also tolerate)."""
     import collections
     import enum
     import typing
@@ -1551,7 +1556,9 @@ def guarded_namespaces() -> tuple[list, list, list]:
     """(checked after every test, also checked after every test under pytest, checked at
     collection and end): module dicts and the class dicts of pytest, pluggy and the runners,
     whose bindings the checkpoints compare."""
-    per_test: list = [globals()]
+    # The frame-view namespace and classes: reachable from sys._getframe, so a patch could
+    # rebind what trusted callers (logging, typing) get from it; checked like this module.
+    per_test: list = [globals(), _VIEW_NS, vars(_VIEW_NS["FrameView"]), vars(_VIEW_NS["CodeView"])]
     pytest_path: list = []
     rest: list = []
     for value in list(globals().values()):
