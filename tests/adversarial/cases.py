@@ -456,6 +456,11 @@ try:
 except Exception:
     pass
 ''')), flags=("tamper_integrity",), about="rebind what sys._getframe and its views run"),
+    Case("doctest_plugin_hijack", "tests_failed", src(core_with(prefix='''\
+import _pytest.doctest
+_pytest.doctest._is_doctest = lambda config, path, parent: True  # collect hidden files as doctests
+_pytest.doctest.DoctestTextfile.collect = lambda self: iter(())
+''')), flags=("tamper_integrity",), about="rebind the doctest plugin, which stays loaded for doctest_namespace"),
     Case("gc_scan_for_tests", "tests_failed", src(core_with(body='''\
 def clamp(x, lo, hi):
     import gc
