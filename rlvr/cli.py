@@ -12,11 +12,13 @@
     rlvr gate --candidate-eval FILE --champion-eval FILE --out DIR [--candidate NAME]
               [--champion NAME] [--training-metrics FILE] [--register]
     rlvr gate rollback [--reason TEXT]
+    rlvr metrics [PATTERN ...] [--rev REV] [--changed]
 
 Bad input exits 2 with one line naming the file / field / id (a directory given where a
 FILE is expected is named as such). `rlvr tasks check` (an author's tool: it shows hidden
-test outcomes and error lines) exits 0 when curation accepts the task, 1 when it rejects it. Output piped into a reader that stops early
-(`rlvr tasks list --tasks FILE | head`) ends the command quietly, exit status 141.
+test outcomes and error lines) exits 0 when curation accepts the task, 1 when it rejects it.
+Output piped into a reader that stops early (`rlvr tasks list --tasks FILE | head`) ends the
+command quietly, exit status 141.
 """
 from __future__ import annotations
 
@@ -290,7 +292,27 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reason", help="recorded in the alias history")
     r.add_argument("--params", type=Path, default=Path("params.yaml"))
     g.set_defaults(func=cmd_gate)
+
+    m = sub.add_parser("metrics", help="the stages' DVC metrics, one per line (optionally "
+                       "against another revision)")
+    m.add_argument("patterns", nargs="*", metavar="PATTERN",
+                   help="keep metrics matching these globs, on the key (`*pass_at_1`) or on "
+                   "file:key (`metrics/gate.json:rules.*`)")
+    m.add_argument("--rev", help="a git revision or DVC experiment to compare with")
+    m.add_argument("--changed", action="store_true", help="with --rev: only what differs")
+    m.add_argument("--root", type=Path, default=Path("."), help="the DVC project")
+    m.set_defaults(func=cmd_metrics)
     return p
+
+
+def cmd_metrics(args) -> None:
+    from rlvr.tracking.metrics_view import metric_rows, render
+
+    rows = metric_rows(args.root, rev=args.rev, patterns=args.patterns)
+    if not rows:
+        raise RlvrError("metrics: nothing matches" + (f" {args.patterns}" if args.patterns
+                                                     else " (no stage has written metrics)"))
+    sys.stdout.write(render(rows, rev=args.rev, changed_only=args.changed))
 
 
 @exit_on_error

@@ -79,3 +79,14 @@ def test_unreadable_metrics_file_is_shown_not_fatal(repo):
     (repo / "m/b.json").write_text("{not json")
     rows = metric_rows(repo)
     assert any(r.file == "m/b.json" and r.key == "<unreadable>" for r in rows)
+
+
+def test_cli_prints_the_long_table_and_names_a_miss(repo, capsys):
+    from rlvr import cli
+
+    cli.main(["metrics", "--root", str(repo), "acc.*", "--rev", "HEAD", "--changed"])
+    out = capsys.readouterr().out
+    assert "acc.train" in out and "+0.25" in out and "acc.heldout" not in out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["metrics", "--root", str(repo), "nothing.*"])
+    assert exc.value.code == 2 and "nothing matches" in capsys.readouterr().err
