@@ -261,3 +261,29 @@ def test_run_tests_names_the_suspicious_source_line(ws, bwrap_sandbox):
     section = obs.observation.split("suspicious lines", 1)[1]
     assert f"mini/core.py:{no}: if v <= limit:" in section
     assert "tests/" not in section.split("short test summary")[0]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_run_tests_honours_a_src_layout_and_drops_addopts_the_env_cannot_run(
+        tmp_path, sandbox_backend, warm):
+    """An upstream-shaped project: package under src/, `addopts = --cov ...` in setup.cfg
+    (pytest-cov is not in the task's environment: plain pytest exits 4, a usage error)."""
+    import dataclasses
+
+    from rlvr.sandbox import get_sandbox
+
+    task = count_task()
+    files = {("src/" + p if p.startswith("mini/") else p): text
+             for p, text in task.repo_files.items()}
+    files["setup.cfg"] = "[tool:pytest]\naddopts = --cov=mini --cov-report=term -ra\n"
+    task = dataclasses.replace(task, repo_files=files)
+    with Workspace.create(task, tmp_path) as w:
+        ex = ToolExecutor(w, get_sandbox(sandbox_backend), timeout_s=60.0, observation_cap=4000,
+                          warm=warm)
+        with ex:
+            obs = run(ex, "run_tests")
+            assert "[pytest exit code 1]" in obs.observation, obs.observation
+            assert "1 failed, 1 passed" in obs.observation
+            run(ex, "edit", path="src/mini/core.py", old="if v <= limit:", new="if v < limit:")
+            assert "2 passed" in run(ex, "run_tests").observation
+            assert ex.runs["warm" if warm else "cold"] == 2

@@ -29,7 +29,10 @@ from rlvr.agent.tools import ToolCall
 from rlvr.agent.warm_tests import (WarmServerError, WarmTestServer, WarmUnavailable,
                                    shadowed_module)
 from rlvr.agent.workspace import Workspace, WorkspaceError
+from rlvr.errors import RlvrError
+from rlvr.sandbox import envs
 from rlvr.sandbox.base import Limits, Mount, RunResult, Sandbox
+from rlvr.tasks.project_config import run_tests_args
 
 _log = logging.getLogger(__name__)
 TOOL_STATUSES = ("ok", "error", "timeout", "infra_error", "submitted", "invalid", "none")
@@ -230,14 +233,22 @@ class ToolExecutor:
                 return (f"error: {path} is not a public test (public tests: "
                         f"{', '.join(public)})"), "error", ""
             targets = [norm + path[len(file_part):]]
+        try:
+            # the project's own pytest config, read as the enclave reads it: addopts needing
+            # plugins the task's environment lacks are dropped, a src layout is importable
+            project_args = run_tests_args(self.ws.task)
+            task_env = envs.task_env(self.ws.task.dependencies)
+        except RlvrError as exc:
+            return (f"error: the test sandbox failed ({type(exc).__name__}); this is not your "
+                    "fault"), "infra_error", f"{type(exc).__name__}: {exc}"
         args = ["-q", "--tb=short", "--no-header", "--color=no", "-p", "no:cacheprovider",
-                "-p", LOCATE_PLUGIN, *targets]
+                "-p", LOCATE_PLUGIN, *project_args, *targets]
         mounts = self._mounts()
         env = {**SANDBOX_ENV, "PYTHONPATH": TOOLS_TARGET}
         result = None
         if self.warm and not self.warm_off:
             try:
-                result = self._run_warm(args, mounts, env)
+                result = self._run_warm(args, mounts, env, task_env)
             except WarmServerError as exc:
                 return ("error: the test sandbox failed (WarmServerError); this is not your "
                         "fault"), "infra_error", f"WarmServerError: {exc}"
@@ -245,7 +256,8 @@ class ToolExecutor:
             try:
                 result = self.sandbox.run([self.sandbox.python, "-m", "pytest", *args],
                                           mounts=mounts, cwd="/work", env=env,
-                                          limits=self.limits)
+                                          limits=self.limits,
+                                          **({"task_env": task_env} if task_env else {}))
             except Exception as exc:  # noqa: BLE001 - any sandbox failure is infrastructure
                 return (f"error: the test sandbox failed ({type(exc).__name__}); this is not "
                         "your fault"), "infra_error", f"{type(exc).__name__}: {exc}"
@@ -260,11 +272,13 @@ class ToolExecutor:
         mounts.append(Mount(self.ws.empty, "/work/.git", writable=False))
         return mounts
 
-    def _run_warm(self, args: list[str], mounts: list[Mount], env: dict) -> RunResult | None:
+    def _run_warm(self, args: list[str], mounts: list[Mount], env: dict,
+                  task_env=None) -> RunResult | None:
         """The warm server's RunResult, or None when this call must take the cold path."""
         if self.warm_server is None:
             server = WarmTestServer(self.sandbox, mounts=mounts, env=env, limits=self.limits,
-                                    writable=self.ws.repo, tools_target=TOOLS_TARGET)
+                                    writable=self.ws.repo, tools_target=TOOLS_TARGET,
+                                    task_env=task_env)
             try:
                 server.start()
             except WarmUnavailable as exc:

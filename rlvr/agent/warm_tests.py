@@ -124,8 +124,9 @@ class WarmTestServer:
     an episode runs one tool call at a time (a lock guards it anyway)."""
 
     def __init__(self, sandbox: Sandbox, *, mounts: Sequence[Mount], env: dict[str, str],
-                 limits: Limits, writable: Path, tools_target: str):
+                 limits: Limits, writable: Path, tools_target: str, task_env: Path | None = None):
         self.sandbox = sandbox
+        self.task_env = task_env  # the task's dependency layer (rlvr.sandbox.envs), or None
         self.mounts = list(mounts)
         self.env = dict(env)
         self.limits = limits
@@ -154,7 +155,8 @@ class WarmTestServer:
                 *(m.target for m in self.mounts if not m.writable and m.target != "/work/.git")]
         try:
             handle = _spawn(self.sandbox.serve, argv, mounts=self.mounts, cwd="/work",
-                            env=self.env, limits=server_limits(self.limits), supervisor=True)
+                            env=self.env, limits=server_limits(self.limits), supervisor=True,
+                            **({"task_env": self.task_env} if self.task_env else {}))
         except Exception as exc:  # noqa: BLE001 - no server: the cold path still works
             raise WarmUnavailable(f"server did not start: {type(exc).__name__}: {exc}") from exc
         self.handle = handle
