@@ -398,3 +398,17 @@ def test_src_layout_library_imports_its_own_copy(tmp_path):
     # without the project reading, nothing named humanize is importable at all
     bare = sandbox.run([a for a in argv if a not in cfg.pytest_overrides()], **kwargs)
     assert bare.exit_code != 0 and "No module named 'humanize'" in bare.stdout
+
+
+def test_task_dependencies_survive_the_task_parquet(tmp_path):
+    import dataclasses
+
+    from agentkit import count_task, price_task
+
+    from rlvr.tasks.pool import load_tasks, save_tasks
+
+    task = dataclasses.replace(count_task(), dependencies=("six==1.16.0",))
+    save_tasks(tmp_path / "t.parquet", [task, price_task("plain")])
+    loaded = {t.task_id: t for t in load_tasks(tmp_path / "t.parquet")}
+    assert loaded["mini-count"].dependencies == ("six==1.16.0",)
+    assert loaded["plain"].dependencies == ()

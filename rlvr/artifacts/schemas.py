@@ -32,6 +32,9 @@ TASKS = pa.schema(
         ("quarantined", QUARANTINE),
         ("provenance", pa.string()),
         ("checks", pa.string()),
+        # exact pins `name==version` of the tested code's own dependencies (the sandbox's
+        # task layer, rlvr.sandbox.envs); [] = none
+        ("dependencies", pa.list_(pa.string())),
         ("snapshot_hash", pa.string()),
         ("hidden_hash", pa.string()),
         ("reference_hash", pa.string()),
