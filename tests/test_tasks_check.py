@@ -154,3 +154,20 @@ def test_missing_rejection_file_is_a_named_error(tmp_path, capsys):
         cli.main(["tasks", "rejections", str(tmp_path / "absent.parquet")])
     assert exc.value.code == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'absent.parquet'}: artifact not found\n"
+
+
+def test_diagnose_imports_a_src_layout_package(bwrap_sandbox):
+    import dataclasses
+
+    from agentkit import COUNT_FIXED, count_task
+
+    from rlvr.tasks.check import diagnose
+
+    task = count_task()
+    src = {("src/" + p if p.startswith("mini/") else p): t for p, t in task.repo_files.items()}
+    task = dataclasses.replace(task, repo_files=src)
+    buggy = diagnose(task, task.source_files, bwrap_sandbox)
+    assert not buggy.collect_errors, buggy.collect_errors
+    assert "failed" in {o for o, _ in buggy.tests.values()}   # the bug, not an ImportError
+    fixed = diagnose(task, {**task.source_files, "src/mini/core.py": COUNT_FIXED}, bwrap_sandbox)
+    assert {o for o, _ in fixed.tests.values()} == {"passed"}

@@ -88,9 +88,15 @@ class Diagnosis:
 
 def diagnose(task, state: dict[str, str], sandbox, *, limits=None) -> Diagnosis:
     """Run the hidden suite on `state` with plain pytest in `sandbox` (the repo at /work on
-    sys.path, the hidden tests at /hidden as their own rootdir, as in the enclave)."""
+    sys.path after the project's own import paths, e.g. src/, the hidden tests at /hidden as
+    their own rootdir, in the task's dependency layer: as in the enclave)."""
+    from rlvr.sandbox import envs
     from rlvr.sandbox.base import Limits, Mount
     from rlvr.tasks.materialize import write_files
+    from rlvr.tasks.project_config import for_task
+
+    paths = [f"/work/{p}" for p in for_task(task).import_paths]
+    task_env = envs.task_env(task.dependencies)
 
     root = Path(tempfile.mkdtemp(prefix="rlvr-check-"))
     try:
@@ -102,14 +108,16 @@ def diagnose(task, state: dict[str, str], sandbox, *, limits=None) -> Diagnosis:
         (plugin / f"{_PLUGIN_NAME}.py").write_text(_REPORT_PLUGIN)
         mounts = [Mount(work, "/work", writable=True), Mount(hidden, "/hidden"),
                   Mount(plugin, "/opt/rlvr-check"), Mount(out, "/out", writable=True)]
-        env = {"PYTHONPATH": "/work:/opt/rlvr-check", "RLVR_CHECK_OUT": "/out/report.jsonl",
+        env = {"PYTHONPATH": ":".join([*paths, "/work", "/opt/rlvr-check"]),
+               "RLVR_CHECK_OUT": "/out/report.jsonl",
                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
         argv = [sandbox.python, "-m", "pytest", "/hidden", "--rootdir", "/hidden", "-c",
                 "/dev/null", "-q", "--no-header", "--color=no", "-p", "no:cacheprovider",
                 "--import-mode=importlib", "--continue-on-collection-errors",
                 "-p", _PLUGIN_NAME]
         result = sandbox.run(argv, mounts=mounts, cwd="/work", env=env,
-                             limits=limits or Limits())
+                             limits=limits or Limits(),
+                             **({"task_env": task_env} if task_env else {}))
         diag = Diagnosis(exit_code=result.exit_code,
                          output=((result.stdout or "") + (result.stderr or ""))[-2000:])
         report = out / "report.jsonl"
