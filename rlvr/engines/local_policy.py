@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Literal, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -48,7 +48,7 @@ ARCHS = ("qwen2", "llama")
 class PolicySize:
     """Architecture knobs of the local policy (defaults: the CPU-default size)."""
 
-    arch: str = "qwen2"
+    arch: Literal["qwen2", "llama"] = "qwen2"  # one of ARCHS
     vocab_size: int = 4096
     hidden_size: int = 128
     layers: int = 4

@@ -13,32 +13,26 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Collection, Literal, Sequence
 
-from rlvr.engines.local_policy import (SPECIAL_TOKENS, BuildReport, build_local_policy,
-                                       policy_corpus, replace_dir)
+from rlvr.engines.local_policy import (SPECIAL_TOKENS, BuildReport, PolicySize,
+                                       build_local_policy, policy_corpus, replace_dir)
 from rlvr.engines.model_dir import (ModelDirError, count_parameters, load_tokenizer,
                                     weights_fingerprint)
 from rlvr.train.pretrain import PretrainParams, pretrain_policy, training_code
 
 
 @dataclass(frozen=True)
-class PolicyParams:
-    """`policy` in params.yaml."""
+class PolicyParams(PolicySize):
+    """`policy` in params.yaml: the architecture (`PolicySize`: arch, vocab_size, hidden_size,
+    layers, heads, kv_heads, intermediate_size, max_position_embeddings, rope_theta) and how
+    the policy is made."""
 
     kind: Literal["local", "path"] = "local"
     path: str = ""  # kind=path: an existing local HF causal-LM directory
     seed: int = 0   # tokenizer corpus sampling and weight init
-    arch: Literal["qwen2", "llama"] = "qwen2"
-    vocab_size: int = 4096
-    hidden_size: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate_size: int = 512
-    max_position_embeddings: int = 8192
     synthetic_samples: int = 200  # synthetic tool-call transcripts in the tokenizer corpus
     # next-token pretraining on the training families' code and synthetic repair episodes
     # (rlvr.train.pretrain): teaches the random-init default to copy from its context
@@ -47,11 +41,8 @@ class PolicyParams:
 
 def build_random_policy(params: PolicyParams, out_dir: Path, texts: Sequence[str]) -> BuildReport:
     """The seeded random LM + tokenizer trained on `texts`, sized by `params`."""
-    return build_local_policy(
-        out_dir, texts, seed=params.seed, vocab_size=params.vocab_size,
-        hidden_size=params.hidden_size, layers=params.layers, heads=params.heads,
-        kv_heads=params.kv_heads, intermediate_size=params.intermediate_size,
-        max_position_embeddings=params.max_position_embeddings, arch=params.arch)
+    size = {f.name: getattr(params, f.name) for f in fields(PolicySize)}
+    return build_local_policy(out_dir, texts, seed=params.seed, **size)
 
 
 def init_policy(params: PolicyParams, out_dir: Path, root: Path = Path("."),
