@@ -96,7 +96,7 @@ def sweep_pretrain(args) -> None:
     policy = dataclasses.replace(policy, **SIZES[args.size])
     evaluation = {*split.heldout_families, *split.regression_families}
     recipe = {"line_shift": args.line_shift, "rename_paths": args.rename_paths,
-              "train_on": args.train_on, "drills": args.drills}
+              "train_on": args.train_on, "drills": args.drills, "address": args.address}
     key = f"{args.size}-{args.steps}-" + "-".join(f"{v}" for v in recipe.values())
     work = args.work / f"pretrain-{key}"
     texts, _ = policy_corpus(ROOT, seed=policy.seed, synthetic_samples=policy.synthetic_samples,
@@ -313,6 +313,8 @@ def main() -> None:
     p.add_argument("--train-on", choices=("all", "actions"), default="all",
                    help="policy.pretrain.train_on")
     p.add_argument("--drills", type=int, default=0, help="policy.pretrain.drills")
+    p.add_argument("--address", choices=("line", "suspect"), default="line",
+                   help="policy.pretrain.address")
     d = sub.add_parser("demos")
     d.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")
     d.add_argument("--demos", type=int, nargs="+", default=[44, 87, 174])

@@ -22,6 +22,7 @@ VALID_CALLS = [
     ("edit", {"path": "a.py", "old": "x < 1", "new": "x <= 1"}),
     ("edit", {"path": "a.py", "old": "pass\n", "new": ""}),
     ("edit", {"path": "a.py", "hunk": "@@ -1,1 +1,1 @@\n-a\n+b\n"}),
+    ("edit", {"suspect": 2, "old": "<", "new": "<="}),
     ("submit", {}),
 ]
 
@@ -61,6 +62,10 @@ INVALID = [
     ('<tool_call>{"name": "edit", "args": {"path": "a", "old": "x", "new": "y", "hunk": "z"}}'
      '</tool_call>', "bad_args"),
     ('<tool_call>{"name": "submit", "args": {"now": true}}</tool_call>', "bad_args"),
+    ('<tool_call>{"name": "edit", "args": {"suspect": 0, "old": "<", "new": "<="}}</tool_call>',
+     "bad_args"),
+    ('<tool_call>{"name": "edit", "args": {"suspect": 1, "path": "a", "old": "<", "new": "x"}}'
+     '</tool_call>', "bad_args"),
     ('<tool_call>{"name": "run_tests", "args": {"path": 3}}</tool_call>', "bad_args"),
 ]
 

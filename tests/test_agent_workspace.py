@@ -287,3 +287,22 @@ def test_run_tests_honours_a_src_layout_and_drops_addopts_the_env_cannot_run(
             run(ex, "edit", path="src/mini/core.py", old="if v <= limit:", new="if v < limit:")
             assert "2 passed" in run(ex, "run_tests").observation
             assert ex.runs["warm" if warm else "cold"] == 2
+
+
+
+def test_an_edit_addressed_by_suspect_rank_edits_the_listed_line(ws, bwrap_sandbox):
+    ex = host(ws, sandbox=bwrap_sandbox)
+    obs = run(ex, "edit", suspect=1, old="<=", new="<")
+    assert obs.status == "error" and "run the tests first" in obs.observation
+    tested = run(ex, "run_tests")
+    lines = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    no = next(i for i, t in enumerate(lines, 1) if "if v <= limit:" in t)
+    listed = tested.observation.split("suspicious lines", 1)[1].split("\n")[1:]
+    k = next(i for i, t in enumerate(listed, 1) if t.startswith(f"mini/core.py:{no}:"))
+    over = run(ex, "edit", suspect=len(ex.suspects) + 1, old="<=", new="<")
+    assert over.status == "error" and f"listed {len(ex.suspects)} suspicious lines" in \
+        over.observation
+    obs = run(ex, "edit", suspect=k, old="<=", new="<")
+    assert obs.status == "ok" and obs.observation == f"edited mini/core.py line {no}"
+    after = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    assert [a for a, b in zip(after, lines) if a != b] == [lines[no - 1].replace("<=", "<")]

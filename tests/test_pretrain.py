@@ -129,7 +129,15 @@ def test_copy_profile_tells_a_copied_location_from_one_written_from_memory():
     case = repair_cases({"pkg/core.py": SOURCE}, 1, seed=3)[0]
     exact = parse_action(format_tool_call("edit", case.edit))
     assert _copy_profile(case, exact) == dict.fromkeys(
-        ("parsed", "edit", "path_flagged", "line_flagged", "bug_line", "old_in_line"), True)
+        ("parsed", "edit", "path_flagged", "line_flagged", "bug_line", "old_in_line", "fixed"),
+        True)
+    ranked = case.edit_args("suspect")            # addressed by its rank in the listing
+    assert set(ranked) == {"suspect", "old", "new"}
+    assert suspicious_lines(case.observation)[ranked["suspect"] - 1].line == case.edit["line"]
+    assert _copy_profile(case, parse_action(format_tool_call("edit", ranked))) == \
+        _copy_profile(case, exact)
+    wrong = {**ranked, "old": "zzz"}
+    assert not _copy_profile(case, parse_action(format_tool_call("edit", wrong)))["fixed"]
     other = next(s for s in suspicious_lines(case.observation) if s.line != case.edit["line"])
     elsewhere = parse_action(format_tool_call(
         "edit", {"path": "pkg/core.py", "line": other.line, "old": "zzz", "new": "y"}))
@@ -148,7 +156,8 @@ def test_copy_probe_runs_greedy_on_a_model_and_reports_rates(codec):
     cases = repair_cases({"pkg/core.py": SOURCE}, 3, seed=0)
     rates = copy_probe(cases, codec, max_new_tokens=8, batch=2)(0, model)
     assert set(rates) == {f"copy_{k}" for k in ("parsed", "edit", "path_flagged",
-                                                 "line_flagged", "bug_line", "old_in_line")}
+                                                 "line_flagged", "bug_line", "old_in_line",
+                                                 "fixed")}
     # an untrained model emits no 8-token tool call: nothing parses, nothing is copied
     assert all(v == 0.0 for v in rates.values())
 

@@ -59,6 +59,24 @@ def test_teacher_debugs_and_fixes_every_tiny_task(codec, bwrap_sandbox):
         assert row["reward_format"] == 1.0
 
 
+def test_teacher_addressing_by_suspect_rank_makes_the_same_fixes(codec, bwrap_sandbox):
+    """`address: suspect`: an edit of a line the last run_tests listed names its rank
+    instead of path + line (nothing for a student to copy but the few changed characters)."""
+    import json
+
+    by_line = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
+    by_rank = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0, address="suspect")
+    assert [r["patch"] for r in by_rank] == [r["patch"] for r in by_line]
+    assert [solved(r) for r in by_rank] == [True, True, True]
+    edits = [json.loads(t["tool_args"]) for r in by_rank for t in r["turns"]
+             if t["tool_name"] == "edit"]
+    assert edits and all(set(e) == {"suspect", "old", "new"} for e in edits)
+    assert "-suspect" in by_rank[0]["policy_version"]
+    assert "-suspect" not in by_line[0]["policy_version"]
+    with pytest.raises(ValueError, match="address"):
+        ScriptedTeacher(address="rank")
+
+
 def test_teacher_actions_use_the_policy_format_and_are_trainable(codec, bwrap_sandbox):
     row = rollouts(codec, bwrap_sandbox, [count_task()], noise=0.0)[0]
     for t, turn in enumerate(row["turns"]):

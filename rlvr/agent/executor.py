@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rlvr.agent.hunks import HunkError, apply_hunk
+from rlvr.agent.observations import SuspiciousLine, suspicious_lines
 from rlvr.agent.tools import ToolCall
 from rlvr.agent.warm_tests import (WarmServerError, WarmTestServer, WarmUnavailable,
                                    shadowed_module)
@@ -135,6 +136,9 @@ class ToolExecutor:
         self.warm_server: WarmTestServer | None = None
         self.warm_off = ""  # why this executor stopped trying the warm path
         self.runs = {"warm": 0, "cold": 0}
+        # the suspicious lines of the last run_tests as the agent saw it (capped): what an
+        # edit addressed by `suspect` rank refers to
+        self.suspects: list[SuspiciousLine] = []
 
     def close(self) -> None:
         """Stop the warm server (if any). Idempotent; the episode calls it when it ends."""
@@ -156,6 +160,8 @@ class ToolExecutor:
         except (WorkspaceError, HunkError) as exc:
             text, status, detail = f"error: {exc}", "error", ""
         capped, truncated = cap_text(text, self.observation_cap)
+        if call.name == "run_tests" and status != "error":
+            self.suspects = suspicious_lines(capped)
         return ToolResult(capped, status, len(text), truncated,
                           time.perf_counter() - started, detail)
 
@@ -197,8 +203,18 @@ class ToolExecutor:
         more = f"\n[... {total - len(matches)} more matches]" if total > len(matches) else ""
         return f"{total} match{'es' if total != 1 else ''}\n" + "\n".join(matches) + more, "ok", ""
 
-    def _tool_edit(self, path: str, old: str | None = None, new: str | None = None,
-                   hunk: str | None = None, line: int | None = None):
+    def _tool_edit(self, path: str | None = None, old: str | None = None,
+                   new: str | None = None, hunk: str | None = None, line: int | None = None,
+                   suspect: int | None = None):
+        if suspect is not None:
+            if not self.suspects:
+                return ("error: no suspicious lines to address: the last run_tests listed "
+                        "none (run the tests first)"), "error", ""
+            if suspect > len(self.suspects):
+                return (f"error: suspect {suspect}: the last run_tests listed "
+                        f"{len(self.suspects)} suspicious lines (1-{len(self.suspects)})"), \
+                    "error", ""
+            path, line = self.suspects[suspect - 1].path, self.suspects[suspect - 1].line
         reason = self.ws.is_protected(path)
         if reason:
             return f"error: {reason}", "error", ""
@@ -218,7 +234,7 @@ class ToolExecutor:
         if updated == text:
             return f"error: {path}: the edit changes nothing", "error", ""
         self.ws.write_text(path, updated)
-        return f"edited {path}", "ok", ""
+        return (f"edited {path}" + (f" line {line}" if suspect is not None else "")), "ok", ""
 
     def _tool_run_tests(self, path: str | None = None):
         if self.sandbox is None:

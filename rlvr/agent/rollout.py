@@ -67,6 +67,9 @@ class TeacherParams:
     view: bool = False
     # terse: "Flip a comparison." | explain: names the flagged file:line it acts on
     reasoning: str = "terse"
+    # how its edits name a line: "line" (path + line number) or "suspect" (the rank in the
+    # last run_tests' suspicious lines, where the line is listed: nothing for a student to copy)
+    address: Literal["line", "suspect"] = "line"
 
 
 @dataclass(frozen=True)

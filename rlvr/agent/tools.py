@@ -86,6 +86,18 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                 "additionalProperties": False,
             },
             {
+                # addressed by the last run_tests' suspicious lines (1 = the first listed):
+                # nothing to copy but `old`, the few characters to change
+                "type": "object",
+                "properties": {
+                    "suspect": {"type": "integer", "minimum": 1},
+                    "old": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "new": {"type": "string", "maxLength": 200},
+                },
+                "required": ["suspect", "old", "new"],
+                "additionalProperties": False,
+            },
+            {
                 "type": "object",
                 "properties": {"path": _PATH, "hunk": {"type": "string", "minLength": 1}},
                 "required": ["path", "hunk"],

@@ -43,11 +43,11 @@ import ast
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.prompt import TERSE_RUN_TESTS
-from rlvr.agent.tools import format_tool_call
+from rlvr.agent.tools import format_tool_call, parse_action
 from rlvr.tasks.model import Task
 
 VERSION = "2"
@@ -113,26 +113,31 @@ class ScriptedTeacher:
     name = "scripted"
 
     def __init__(self, noise: float = 0.0, max_turns: int = 12, hints: bool = False,
-                 view: bool = False, reasoning: str = "terse"):
+                 view: bool = False, reasoning: str = "terse", address: str = "line"):
         if not 0.0 <= noise <= 1.0:
             raise ValueError("scripted teacher noise must be in [0, 1]")
         self.noise = noise
         self.max_turns = max_turns
         if reasoning not in ("terse", "explain"):
             raise ValueError("scripted teacher reasoning must be 'terse' or 'explain'")
+        if address not in ("line", "suspect"):
+            raise ValueError("scripted teacher address must be 'line' or 'suspect'")
         self.hints = hints
         self.view = view
         self.reasoning = reasoning
+        self.address = address
         # noise, hint use and style are part of every passport's policy_version
         self.policy_version = (f"scripted-v{VERSION}-noise{noise:g}-hints{int(hints)}"
-                               f"-view{int(view)}-{reasoning}")
+                               f"-view{int(view)}-{reasoning}"
+                               + ("-suspect" if address == "suspect" else ""))
 
     def for_task(self, task: Task) -> "BoundTeacher":
         if task.hidden_tests or task.reference_patch:
             raise ValueError("the scripted teacher must be bound to teacher_view(task): it "
                              "may not see hidden tests or the reference")
         return BoundTeacher(task, self.noise, self.max_turns, self.policy_version,
-                            hints=self.hints, view=self.view, terse=self.reasoning == "terse")
+                            hints=self.hints, view=self.view, terse=self.reasoning == "terse",
+                            address=self.address)
 
     def close(self) -> None:
         """Nothing to release (the `Teacher` protocol: a rollout closes what it built)."""
@@ -142,8 +147,11 @@ class BoundTeacher:
     name = "scripted"
 
     def __init__(self, task: Task, noise: float, max_turns: int, policy_version: str, *,
-                 hints: bool = False, view: bool = False, terse: bool = True):
+                 hints: bool = False, view: bool = False, terse: bool = True,
+                 address: str = "line"):
         self.view = view
+        self.address = address
+        self.listed: list[tuple[str, int]] = []  # the last run_tests' suspicious lines
         self.terse = terse
         self.task = task
         self.noise = noise
@@ -171,6 +179,8 @@ class BoundTeacher:
             self.rng = random.Random(seed)
             self.noisy = self.rng.random() < self.noise
         last = messages[-1]["content"] if messages[-1]["role"] == "tool" else ""
+        if last and len(messages) > 1 and _called(messages[-2], "run_tests"):
+            self.listed = [(s.path, s.line) for s in suspicious_lines(last)]
         turns_used = sum(1 for m in messages if m["role"] == "assistant")
         return self._next(last, turns_used)
 
@@ -258,16 +268,25 @@ class BoundTeacher:
             self.phase = "applied"
             reason = (f"{why} {cand.why[:1].upper()}{cand.why[1:]}." if self.terse
                       else f"{why} Try a fix in {cand.path} line {cand.line} ({cand.why}).")
-            return format_tool_call("edit", edit_args(cand.path, self.files[cand.path],
-                                                      cand.new_source), reason.strip())
+            return format_tool_call("edit", self._edit_args(cand.path, cand.new_source),
+                                    reason.strip())
         if left < 4:
             return self._submit(f"{why} Out of turns; submit the current state.")
         self.queue.insert(0, cand)
         path = dirty[0]
         self.pending = (path, self.base[path])
         self.phase = "reverting"
-        return format_tool_call("edit", edit_args(path, self.files[path], self.base[path]),
+        return format_tool_call("edit", self._edit_args(path, self.base[path]),
                                 f"{why} Undo the change first.".strip())
+
+    def _edit_args(self, path: str, target: str) -> dict[str, Any]:
+        """`edit_args`, addressed by suspect rank when the teacher addresses so and the line
+        is one the last run_tests listed (else by path and line, as always)."""
+        args = edit_args(path, self.files[path], target)
+        if self.address == "suspect" and "line" in args and (path, args["line"]) in self.listed:
+            return {"suspect": self.listed.index((path, args["line"])) + 1,
+                    "old": args["old"], "new": args["new"]}
+        return args
 
     # ---- localisation ----------------------------------------------------------------------
     def _localise(self, output: str) -> None:
@@ -494,6 +513,14 @@ def _function_at(source: str, line: int) -> str | None:
     spans = [(q, *function_lines(source, q)) for q in names]
     inside = [(e - s, q) for q, s, e in spans if s <= line <= e]
     return min(inside)[1] if inside else None
+
+
+def _called(message: Mapping[str, Any], tool: str) -> bool:
+    """Was `message` an assistant turn calling `tool`?"""
+    if message.get("role") != "assistant":
+        return False
+    call = parse_action(message.get("content") or "").call
+    return call is not None and call.name == tool
 
 
 def edit_args(path: str, current: str, target: str) -> dict[str, Any]:

@@ -51,12 +51,17 @@ class PretrainParams:
     # above) then the edit of the bug's line, no system prompt, only the edit trained. Many
     # copies per token: the location the edit names is the only thing they teach.
     drills: int = 0
+    # How a synthetic episode's edit names its line: "line" (path + line number, copied from
+    # run_tests) or "suspect" (its rank in run_tests' suspicious lines: nothing to copy).
+    address: Literal["line", "suspect"] = "line"
 
     def check(self) -> None:
         if self.line_shift < 0:
             raise ConfigError(f"policy.pretrain.line_shift: {self.line_shift} < 0")
         if not 0.0 <= self.rename_paths <= 1.0:
             raise ConfigError(f"policy.pretrain.rename_paths: {self.rename_paths} not in [0, 1]")
+        if self.address not in ("line", "suspect"):
+            raise ConfigError(f"policy.pretrain.address: {self.address!r} not line or suspect")
         if self.drills < 0:
             raise ConfigError(f"policy.pretrain.drills: {self.drills} < 0")
         if self.train_on not in ("all", "actions"):
@@ -85,7 +90,7 @@ def _mutant(rng: random.Random, source: str, funcs: list[str], cache: dict):
 
 
 def _observation(rng: random.Random, path: str, func: str, mutated: str, bug_line: int,
-                 span: tuple[int, int]) -> tuple[str, str]:
+                 span: tuple[int, int]) -> tuple[str, str, int]:
     """A run_tests observation in the shape the agent sees (rlvr.agent.executor), and its
     suspicious-lines section alone (what a copy drill shows)."""
     lines = mutated.split("\n")
@@ -115,7 +120,7 @@ def _observation(rng: random.Random, path: str, func: str, mutated: str, bug_lin
             f"{'=' * 27} short test summary info {'=' * 28}\n"
             f"FAILED tests/test_{module}.py::{test} - AssertionError\n"
             f"{n_fail} failed, {n_pass} passed\n\n[pytest exit code 1]",
-            suspects.removesuffix("\n"))
+            suspects.removesuffix("\n"), rank + 1)
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,13 @@ class RepairCase:
     user: str
     observation: str
     suspects: str         # the observation's suspicious-lines section
+    suspect: int          # the bug line's rank in it (1 = listed first)
     edit: dict[str, Any]  # line-addressed edit args: {path, line, old, new}
+
+    def edit_args(self, address: str) -> dict[str, Any]:
+        if address == "suspect":
+            return {"suspect": self.suspect, "old": self.edit["old"], "new": self.edit["new"]}
+        return self.edit
 
 
 def _renamed(rng: random.Random, path: str) -> str:
@@ -177,10 +188,10 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
         if "line" not in args:
             continue
         span = function_lines(mutated, func)
-        obs, suspects = _observation(rng, path, func, mutated, args["line"], span)
+        obs, suspects, suspect = _observation(rng, path, func, mutated, args["line"], span)
         user = (f"A test fails in `{func.split('.')[-1]}`. Fix the bug.\n\n"
                 f"Public tests: tests/")
-        out.append(RepairCase(path, func, op, user, obs, suspects, args))
+        out.append(RepairCase(path, func, op, user, obs, suspects, suspect, args))
     return out
 
 
@@ -197,7 +208,8 @@ def synthetic_episodes(code: dict[str, str], codec: ChatCodec,
                              rename_paths=p.rename_paths):
         why = describe_fix(case.op)
         turns = [(format_tool_call("run_tests", {}, TERSE_RUN_TESTS), case.observation),
-                 (format_tool_call("edit", case.edit, f"{why[:1].upper()}{why[1:]}."),
+                 (format_tool_call("edit", case.edit_args(p.address),
+                                   f"{why[:1].upper()}{why[1:]}."),
                   f"edited {case.path}"),
                  (format_tool_call("run_tests", {}, "Check."),
                   f"{'.' * rng.randint(3, 16):<73}[100%]\n{rng.randint(3, 16)} passed\n\n"
@@ -228,7 +240,8 @@ def copy_drills(code: dict[str, str], codec: ChatCodec,
                *codec.newline(), *codec.header("assistant"),
                *codec.encode_action(format_tool_call("run_tests", {})), codec.im_end,
                *codec.observation_segment(case.suspects, close_turn=False)]
-        edit = [*codec.encode_action(format_tool_call("edit", case.edit)), codec.im_end]
+        edit = [*codec.encode_action(format_tool_call("edit", case.edit_args(p.address))),
+                codec.im_end]
         out.append((ids + edit, [0] * len(ids) + [1] * len(edit)))
     return out
 

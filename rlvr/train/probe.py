@@ -68,7 +68,7 @@ def copy_probe(cases: Sequence["RepairCase"], codec, *, max_new_tokens: int = 96
         ids += [*codec.encode_action(format_tool_call("run_tests", {}, TERSE_RUN_TESTS)),
                 codec.im_end]
         prompts.append(ids + codec.observation_segment(case.observation, close_turn=False))
-    keys = ("parsed", "edit", "path_flagged", "line_flagged", "bug_line", "old_in_line")
+    keys = ("parsed", "edit", "path_flagged", "line_flagged", "bug_line", "old_in_line", "fixed")
 
     def on_eval(step: int, model) -> dict[str, float]:
         counts = dict.fromkeys(keys, 0)
@@ -96,11 +96,17 @@ def _copy_profile(case, action) -> dict[str, bool]:
     if call is None:
         return {}
     args = call.args
-    shown = {(s.path, s.line): s.text for s in suspicious_lines(case.observation)}
+    listed = suspicious_lines(case.observation)
+    shown = {(s.path, s.line): s.text for s in listed}
     where = (args.get("path"), args.get("line"))
+    if "suspect" in args:  # addressed by rank: the listing says where
+        k = args["suspect"]
+        where = (listed[k - 1].path, listed[k - 1].line) if 1 <= k <= len(listed) else (None, None)
     return {"parsed": True, "edit": call.name == "edit",
-            "path_flagged": call.name == "edit" and args.get("path") in {p for p, _ in shown},
+            "path_flagged": call.name == "edit" and where[0] in {p for p, _ in shown},
             "line_flagged": call.name == "edit" and where in shown,
             "bug_line": call.name == "edit" and where == (case.edit["path"], case.edit["line"]),
             "old_in_line": call.name == "edit" and where in shown
-            and bool(args.get("old")) and args["old"] in shown[where]}
+            and bool(args.get("old")) and args["old"] in shown[where],
+            "fixed": call.name == "edit" and where == (case.edit["path"], case.edit["line"])
+            and args.get("old") == case.edit["old"] and args.get("new") == case.edit["new"]}
