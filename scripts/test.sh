@@ -17,4 +17,7 @@ if [ "$(id -u)" = 0 ] && [ "${RLVR_SKIP_DOCKER:-0}" != 1 ]; then
   started=1
   export RLVR_REQUIRE_DOCKER=1
 fi
+# The real-library corpus (pinned sdists + the wheels their suites need, hash-checked;
+# data/real/.cache): the tests that run upstream suites unchanged need it.
+python scripts/fetch_corpus.py
 python -m pytest -q -m "not slow and not vllm" "$@"
