@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from adversarial.cases import CASES, Canary
+from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
+                               Canary)
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
@@ -28,12 +29,18 @@ LIMITS = Limits(wall_seconds=60.0, cpu_seconds=2, memory_bytes=768 << 20, max_pr
 TASK = make_task()
 # The same task whose hidden suite the enclave runs under its lean runner (no conftest).
 TASKS = {"pytest": TASK, "lean": make_task(hidden_tests=HIDDEN_LEAN)}
+# The same task with a unittest.TestCase hidden suite (pytest's runner drives unittest's own
+# protocol): every attack must fail it too, plus the unittest-specific ones.
+UT_TASK = make_task(hidden_tests=HIDDEN_UNITTEST, fail_to_pass=UNITTEST_FAIL_TO_PASS,
+                    pass_to_pass=UNITTEST_PASS_TO_PASS)
+ATTACK_TASKS = {**TASKS, "unittest": UT_TASK}
 
 
 def test_there_are_at_least_25_distinct_attacks():
     names = [c.name for c in CASES]
     assert len(names) == len(set(names)) >= 25
     assert len([c for c in CASES if c.reason != "patch_rejected"]) >= 25
+    assert not {c.name for c in UNITTEST_CASES} & set(names)
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +86,33 @@ def test_each_suite_runs_under_its_runner(enclave, runner):
     assert run.outcomes.keys() == set(ALL_HIDDEN)
 
 
-@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_unittest_suite_runs_under_pytest_and_the_reference_passes(enclave):
+    run = enclave.run_suite(UT_TASK, "", seed=5)
+    assert run.resources["runner"] == "pytest"  # the lean runner hands TestCase suites back
+    assert run.outcomes == {**{t: "failed" for t in UNITTEST_FAIL_TO_PASS},
+                            **{t: "passed" for t in UNITTEST_PASS_TO_PASS}}, run.outcomes
+    assert run.safety_flags == []
+    verdict = enclave.verify(UT_TASK, UT_TASK.reference_patch, seed=6)
+    assert (verdict.success, verdict.safety_flags) == (True, [])
+
+
+@pytest.mark.parametrize("case", UNITTEST_CASES, ids=[c.name for c in UNITTEST_CASES])
+def test_unittest_attack_fails(enclave, canary, case):
+    before = _digest(canary.dir)
+    verdict = enclave.verify(UT_TASK, case.make(canary), seed=20241)
+    assert verdict.success is False
+    assert verdict.reason == case.reason, (verdict.reason, verdict.detail, verdict.safety_flags)
+    assert set(case.flags) <= set(verdict.safety_flags), verdict.safety_flags
+    assert verdict.runs == 1
+    _host_untouched(canary, before)
+
+
+@pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_attack_fails(enclave, canary, case, runner):
     before = _digest(canary.dir)
     patch = case.make(canary)
-    verdict = enclave.verify(TASKS[runner], patch, seed=20240)
+    verdict = enclave.verify(ATTACK_TASKS[runner], patch, seed=20240)
     assert verdict.success is False
     assert verdict.reason == case.reason, (verdict.reason, verdict.detail, verdict.safety_flags)
     assert set(case.flags) <= set(verdict.safety_flags), verdict.safety_flags
@@ -161,9 +189,9 @@ def test_code_under_test_may_introspect_its_own_frames(enclave, runner):
     assert run.safety_flags == []
 
 
-@pytest.mark.parametrize("runner", sorted(TASKS))
+@pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
 def test_enclave_is_sound_after_the_attacks(enclave, runner):
-    task = TASKS[runner]
+    task = ATTACK_TASKS[runner]
     verdict = enclave.verify(task, task.reference_patch, seed=77)
     assert (verdict.success, verdict.runs, verdict.safety_flags) == (True, 3, [])
-    assert enclave.run_suite(task, "", seed=1).outcomes.keys() == set(ALL_HIDDEN)
+    assert enclave.run_suite(task, "", seed=1).outcomes.keys() == set(task.fail_to_pass + task.pass_to_pass)

@@ -201,6 +201,7 @@ def test_the_zoo_is_planned():
     ("import pytest\nNAMES = 'x'\n\n@pytest.mark.parametrize(NAMES, [1])\ndef test_a(x):\n    pass\n", "literal"),
     ("def test_a(x=1):\n    pass\n", "signature"),
     ("class TestA:\n    __test__ = False\n\n    def test_a(self):\n        pass\n", "__test__"),
+    ("import unittest\n\nclass Checks(unittest.TestCase):\n    def test_a(self):\n        pass\n", "TestCase"),
 ])
 def test_what_only_pytest_runs_is_left_to_pytest(source, needle):
     plan, reason = lean.static_plan({"test_a.py": source})
@@ -301,3 +302,17 @@ def test_lean_matches_pytest_on_buggy_states(enclaves):
             compared += 1
             failing += any(o != "passed" for o in lean_run.outcomes.values())
     assert compared >= 12 and failing >= compared // 2
+
+
+def test_a_testcase_the_static_plan_missed_is_handed_back_at_run_time(enclaves):
+    """An imported TestCase subclass (no `TestCase` in the test module's text) is collected
+    by pytest under any name: the lean runner finds it at run time and falls back."""
+    hidden = {"helpers.py": "import unittest\n\n\nclass Checks(unittest.TestCase):\n"
+                            "    def test_inherited(self):\n        self.assertTrue(True)\n",
+              "test_a.py": "from helpers import Checks\n\n\ndef test_plain():\n    assert Checks\n"}
+    assert lean.static_plan(hidden)[0] is not None
+    lean_run, pytest_run = _both(enclaves, _task(hidden, "lean-imported-testcase"), seed=3)
+    assert lean_run.resources["runner"] == "pytest"
+    assert lean_run.outcomes == pytest_run.outcomes == {"test_a.py::Checks::test_inherited": "passed",
+                                                        "test_a.py::test_plain": "passed"}
+    assert lean_run.safety_flags == pytest_run.safety_flags == []

@@ -313,3 +313,220 @@ def test_real_library_suite_unchanged_gives_the_right_verdicts(enclave, runner):
     failing = sorted(t for t, o in buggy.outcomes.items() if o != "passed")
     assert failing == ["test_inflection.py::test_dasherize[person_street_address-person-street-address]"]
     assert buggy.safety_flags == []
+
+
+# ---- issue 12 problem 1: a src layout whose package name the runtime also has ---------------
+# `iniconfig` ships in the enclave's runner layer (a pytest dependency): the hidden tests must
+# import the repository's src/iniconfig (project pythonpath ahead of everything), never that one.
+SRC_REPO = {
+    "pyproject.toml": '[project]\nname = "iniconfig"\n\n[tool.pytest.ini_options]\n'
+                      'addopts = "--strict-markers"\nmarkers = ["slow: a slow test"]\n',
+    "src/iniconfig/__init__.py": "from iniconfig.core import answer\n",
+    "src/iniconfig/core.py": "def answer():\n    return 41\n",
+}
+SRC_FIXED = {**SRC_REPO, "src/iniconfig/core.py": "def answer():\n    return 42\n"}
+SRC_HIDDEN = '''\
+import iniconfig
+
+
+def test_answer():
+    assert iniconfig.answer() == 42
+
+
+def test_the_repository_copy():
+    assert iniconfig.__file__.endswith("/repo/src/iniconfig/__init__.py")
+'''
+SRC_MARKED = '''\
+import pytest
+
+import iniconfig
+
+
+@pytest.mark.slow
+def test_marked_answer():
+    assert iniconfig.answer() == 42
+'''
+
+
+def _src_tasks() -> dict[str, Task]:
+    """The lean runner takes the plain module; the project marker (registered in the
+    project's config) and a conftest send the other variant through pytest."""
+    out = {}
+    for runner, hidden in (("lean", {"test_src.py": SRC_HIDDEN}),
+                           ("pytest", {"test_src.py": SRC_HIDDEN, "test_marked.py": SRC_MARKED, "conftest.py": ""})):
+        ids = ["test_src.py::test_answer", "test_src.py::test_the_repository_copy"]
+        f2p = ["test_src.py::test_answer"] + (["test_marked.py::test_marked_answer"] if runner == "pytest" else [])
+        out[runner] = Task(task_id=f"src-layout-{runner}", family="srclayout", instruction="answer() is off by one.",
+                           repo_files=dict(SRC_REPO), public_tests=(), hidden_tests=hidden,
+                           reference_patch=make_patch(SRC_REPO, SRC_FIXED), fail_to_pass=tuple(f2p),
+                           pass_to_pass=tuple(t for t in ids if t not in f2p))
+    return out
+
+
+@pytest.mark.parametrize("runner", ["lean", "pytest"])
+def test_src_layout_imports_the_repository_package(enclave, runner):
+    task = _src_tasks()[runner]
+    fixed = enclave.run_suite(task, task.reference_patch, seed=31)
+    assert fixed.resources["runner"] == runner
+    assert fixed.outcomes == {t: "passed" for t in task.graded_tests}, fixed.outcomes
+    assert fixed.safety_flags == []
+    buggy = enclave.run_suite(task, "", seed=31)
+    assert {t for t, o in buggy.outcomes.items() if o != "passed"} == set(task.fail_to_pass), buggy.outcomes
+    assert buggy.outcomes["test_src.py::test_the_repository_copy"] == "passed"
+
+
+# ---- issue 12 problem 1 on a real src-layout library: humanize, upstream tests unchanged ------
+HUMANIZE = Path(__file__).resolve().parents[1] / "data" / "real" / ".cache" / "src" / "humanize-4.17.0"
+# Upstream modules that need nothing beyond the library (test_time/test_i18n use freezegun and
+# compiled catalogs, test_benchmarks pytest-codspeed).
+HUMANIZE_TESTS = ("test_filesize.py", "test_lists.py", "test_number.py")
+
+
+def _humanize_tasks() -> dict[str, Task]:
+    fixed = {p.relative_to(HUMANIZE).as_posix(): p.read_text(encoding="utf-8")
+             for p in (HUMANIZE / "src" / "humanize").glob("*.py")}
+    fixed["pyproject.toml"] = (HUMANIZE / "pyproject.toml").read_text(encoding="utf-8")
+    line = '    base = 1024 if (gnu or binary) else 1000\n'
+    source = fixed["src/humanize/filesize.py"]
+    assert source.count(line) == 1
+    buggy = {**fixed, "src/humanize/filesize.py": source.replace(line, "    base = 1000\n")}
+    upstream = {name: (HUMANIZE / "tests" / name).read_text(encoding="utf-8") for name in HUMANIZE_TESTS}
+    return {runner: Task(task_id=f"humanize-naturalsize-{runner}", family="real-humanize",
+                         instruction="naturalsize ignores binary=True.", repo_files=buggy, public_tests=(),
+                         hidden_tests={**upstream, **({"conftest.py": ""} if runner == "pytest" else {})},
+                         reference_patch=make_patch(buggy, fixed))
+            for runner in ("lean", "pytest")}
+
+
+@pytest.mark.skipif(not HUMANIZE.is_dir(), reason="corpus not fetched (python scripts/fetch_corpus.py)")
+@pytest.mark.parametrize("runner", ["lean", "pytest"])
+def test_real_src_layout_library_gives_the_right_verdicts(enclave, runner):
+    task = _humanize_tasks()[runner]
+    fixed = enclave.run_suite(task, task.reference_patch, seed=41)
+    assert len(fixed.outcomes) > 100 and set(fixed.outcomes.values()) == {"passed"}, \
+        sorted(t for t, o in fixed.outcomes.items() if o != "passed")
+    assert fixed.safety_flags == []
+    buggy = enclave.run_suite(task, "", seed=41)
+    assert buggy.outcomes.keys() == fixed.outcomes.keys()
+    failing = {t for t, o in buggy.outcomes.items() if o != "passed"}
+    assert failing and all(t.startswith("test_filesize.py::") for t in failing), failing
+
+
+# ---- unittest.TestCase suites: python-slugify's upstream unittest classes, unchanged ----------
+SLUGIFY = Path(__file__).resolve().parents[1] / "data" / "real" / ".cache" / "src" / "python-slugify-9.2.0"
+WHEELHOUSE = SLUGIFY.parents[1] / "wheelhouse"
+# test_release.py also runs the CLI in a subprocess and reads tools/ and README from the checkout.
+SLUGIFY_SKIP = ("test_release.py",)
+
+
+def _slugify_task() -> Task:
+    fixed = {p.relative_to(SLUGIFY).as_posix(): p.read_text(encoding="utf-8") for p in (SLUGIFY / "slugify").glob("*.py")}
+    fixed["pyproject.toml"] = (SLUGIFY / "pyproject.toml").read_text(encoding="utf-8")
+    hidden = {p.name: p.read_text(encoding="utf-8") for p in (SLUGIFY / "tests").glob("*.py")
+              if p.name not in SLUGIFY_SKIP}
+    line = "DEFAULT_SEPARATOR = '-'"
+    assert fixed["slugify/slugify.py"].count(line) == 1
+    buggy = {**fixed, "slugify/slugify.py": fixed["slugify/slugify.py"].replace(line, "DEFAULT_SEPARATOR = '_'")}
+    return Task("slugify-separator", "real-python-slugify", "slugify() joins words with '_'.", buggy, (), hidden,
+                make_patch(buggy, fixed), dependencies=("text-unidecode==1.3",))
+
+
+@pytest.mark.skipif(not (SLUGIFY.is_dir() and WHEELHOUSE.is_dir()),
+                    reason="corpus not fetched (python scripts/fetch_corpus.py)")
+def test_real_unittest_suite_gives_the_right_verdicts(enclave, monkeypatch):
+    """TestCase methods (setUp, subTest, assertRaises, skips) pass and fail as under plain
+    pytest: the fixed state passes every test, the buggy separator fails some, no flags."""
+    monkeypatch.setenv("RLVR_WHEELHOUSE", str(WHEELHOUSE))
+    task = _slugify_task()
+    fixed = enclave.run_suite(task, task.reference_patch, seed=51)
+    assert fixed.resources["runner"] == "pytest"
+    assert len(fixed.outcomes) > 80, len(fixed.outcomes)
+    assert {t for t, o in fixed.outcomes.items() if o != "passed"} == set(), fixed.outcomes
+    assert fixed.safety_flags == []
+    buggy = enclave.run_suite(task, "", seed=51)
+    assert buggy.outcomes.keys() == fixed.outcomes.keys()
+    failing = {t for t, o in buggy.outcomes.items() if o != "passed"}
+    assert failing and any("::TestSlugify::" in t for t in failing), failing
+
+
+UNITTEST_SHAPES = {
+    "helpers.py": '''\
+import unittest
+
+
+class BaseChecks(unittest.TestCase):
+    """A base class of a helper module: its test runs in every subclass."""
+
+    def test_inherited(self):
+        self.assertEqual(self.value, 1)
+''',
+    "test_shapes.py": '''\
+import unittest
+
+from helpers import BaseChecks
+
+
+class Shapes(BaseChecks):  # collected by pytest without a Test prefix
+    def setUp(self):
+        self.value = 1
+
+    def test_ok(self):
+        with self.assertRaises(ValueError):
+            int("x")
+
+    def test_subtest_fails(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertLess(i, 2)
+
+    @unittest.skip("not here")
+    def test_skipped(self):
+        self.fail("never runs")
+
+    def test_skips_itself(self):
+        self.skipTest("later")
+
+
+class BrokenTearDown(unittest.TestCase):
+    def tearDown(self):
+        raise RuntimeError("teardown")
+
+    def test_body_passes(self):
+        pass
+
+
+class BrokenSetUp(unittest.TestCase):
+    def setUp(self):
+        raise RuntimeError("setup")
+
+    def test_body_passes(self):
+        pass
+
+
+class Single(unittest.TestCase):
+    def runTest(self):
+        self.assertTrue(True)
+''',
+}
+
+
+@pytest.mark.parametrize("lean_allowed", [True, False])
+def test_unittest_shapes_get_unittest_outcomes(sandbox_backend, lean_allowed):
+    """The outcomes unittest itself gives (errors in setUp/tearDown and failed subtests fail
+    the test, skips are skips), under pytest's runner either way (the lean one hands back)."""
+    task = Task("ut-shapes", "ut", "-", {"m.py": "X = 1\n"}, (), UNITTEST_SHAPES, "")
+    with Enclave(backend=sandbox_backend, limits=LIMITS, consensus_runs=1, lean_runner=lean_allowed) as enc:
+        run = enc.run_suite(task, "", seed=61)
+    assert run.resources["runner"] == "pytest"
+    assert run.outcomes == {
+        "test_shapes.py::Shapes::test_inherited": "passed",
+        "test_shapes.py::BaseChecks::test_inherited": "failed",  # imported, so collected (no self.value)
+        "test_shapes.py::Shapes::test_ok": "passed",
+        "test_shapes.py::Shapes::test_subtest_fails": "failed",
+        "test_shapes.py::Shapes::test_skipped": "skipped",
+        "test_shapes.py::Shapes::test_skips_itself": "skipped",
+        "test_shapes.py::BrokenTearDown::test_body_passes": "failed",
+        "test_shapes.py::BrokenSetUp::test_body_passes": "failed",
+        "test_shapes.py::Single::runTest": "passed",
+    }, run.outcomes
+    assert run.safety_flags == []

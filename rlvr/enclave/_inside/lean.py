@@ -13,10 +13,12 @@ Same result as pytest, or pytest decides
 * The server checks the hidden suite statically (`static_plan`): no conftest, no fixtures
   or ``usefixtures``/``xfail`` marks, no setup/teardown hooks, no class bases or
   decorators, test arguments exactly the parametrized names, no star imports or imports
-  binding ``test*``/``Test*``, no ``pytestmark``/``__test__``. Anything else runs under
-  pytest (`runner.run_tests`), as before.
+  binding ``test*``/``Test*``, no ``pytestmark``/``__test__``, no ``TestCase`` (unittest
+  classes run through unittest's own protocol, which pytest's runner drives). Anything else
+  runs under pytest (`runner.run_tests`), as before.
 * In the child, after the hidden modules have executed, anything the static plan did not
-  foresee (a ``test*`` callable that is not a planned genuine test function, an empty
+  foresee (a ``test*`` callable that is not a planned genuine test function, a module-level
+  ``unittest.TestCase`` subclass under any name, an empty
   parameter set, a string skipif condition, an xfail parameter mark...) makes the runner
   stop and send a signed ``fallback`` record: the server re-runs the job under pytest and
   remembers to use pytest for that task. Falling back is never less strict.
@@ -43,7 +45,7 @@ from _pytest.outcomes import Exit, Skipped, XFailed
 from _pytest.python import IdMaker
 
 import runner
-from runner import (_RESOURCE_HINT, _Context, _is_test_file, _resource_exception, _seed_item,
+from runner import (_MRO, _RESOURCE_HINT, _TESTCASE, _Context, _is_test_file, _resource_exception, _seed_item,
                     exec_hidden, order_items)
 
 # Marks whose semantics need pytest's fixture or xfail machinery.
@@ -71,7 +73,7 @@ def static_plan(hidden: dict[str, str]) -> tuple[dict | None, str]:
         if not rel.endswith(".py") or not _is_test_file(name):
             continue
         text = hidden[rel]
-        for word in ("pytestmark", "__test__", "pytest_generate_tests"):
+        for word in ("pytestmark", "__test__", "pytest_generate_tests", "TestCase"):
             if word in text:
                 return None, f"{rel}: uses {word}"
         try:
@@ -259,6 +261,10 @@ def _collect_module(rel: str, namespace: dict, planned: dict, test_codes: dict, 
     for name, obj in list(namespace.items()):
         if type(name) is not str:
             continue
+        if issubclass(type(obj), type) and _TESTCASE in _MRO(obj):
+            # pytest collects every module-level TestCase subclass (any name, imported ones
+            # too) and runs it through unittest's protocol: its runner does that.
+            raise Fallback(f"{rel}::{name} is a unittest.TestCase")
         if name.startswith("test"):
             if not callable(obj):
                 continue  # pytest collects callables only (test data lists are fine)

@@ -168,7 +168,8 @@ class Server:
         key = req["key"]
         if req.get("task") is not None:
             task = req["task"]
-            self.tasks[key] = (task["files"], self.suite_for(task["hidden"]), self.pycs_for(task["files"]))
+            self.tasks[key] = (task["files"], self.suite_for(task["hidden"]), self.pycs_for(task["files"]),
+                               runner.project_job(task.get("project")))
             while len(self.tasks) > CACHE_TASKS:
                 self.tasks.popitem(last=False)
             req["task"] = None
@@ -176,8 +177,8 @@ class Server:
         if key not in self.tasks:
             return {"id": req.get("id"), "status": "need_task"}
         self.tasks.move_to_end(key)
-        files, suite, pycs = self.tasks[key]
-        reply = self.run(files, suite, req, key, pycs)
+        files, suite, pycs, project = self.tasks[key]
+        reply = self.run(files, suite, dict(req, project=project), key, pycs)
         reply["id"] = req.get("id")
         return reply
 
@@ -256,6 +257,7 @@ class Server:
             "patch": patch, "seed": int(req.get("seed", 0)),
             "shuffle": bool(req.get("shuffle", True)), "select": req.get("select"),
             "limits": limits, "nonce": nonce, "uid": uid, "applied": self.applied.get(applied_key),
+            "project": req.get("project") or runner.project_job(None),
         }
         _wipe(runner.RUN_ROOT)
         os.mkdir(runner.RUN_ROOT)
