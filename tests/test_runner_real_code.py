@@ -504,8 +504,19 @@ class BrokenSetUp(unittest.TestCase):
 
 
 class Single(unittest.TestCase):
+    assertRaisesRegexp = unittest.TestCase.assertRaisesRegex  # an alias of TestCase's own
+    maxDiff = None
+
     def runTest(self):
-        self.assertTrue(True)
+        with self.assertRaisesRegexp(ValueError, "invalid"):
+            int("x")
+
+
+
+class Known(unittest.TestCase):
+    @unittest.expectedFailure
+    def test_known_bug(self):
+        self.assertEqual(1, 2)
 ''',
 }
 
@@ -528,5 +539,6 @@ def test_unittest_shapes_get_unittest_outcomes(sandbox_backend, lean_allowed):
         "test_shapes.py::BrokenTearDown::test_body_passes": "failed",
         "test_shapes.py::BrokenSetUp::test_body_passes": "failed",
         "test_shapes.py::Single::runTest": "passed",
+        "test_shapes.py::Known::test_known_bug": "skipped",  # xfailed, as pytest reports it
     }, run.outcomes
     assert run.safety_flags == []

@@ -26,6 +26,17 @@ How a test comes to count as passed
    must be the very objects collected for that item.
 4. A test is ``passed`` iff its sentinel was accepted AND pytest's own reports say passed
    (setup and teardown errors still fail it). A forged pytest report gains nothing.
+   ``unittest.TestCase`` methods (any class name, inherited ones too) get the same sentinel;
+   their pyfunc role is our ``_UnitTestItem.runtest``, which hands the test to unittest's
+   own ``TestCase.run`` (stdlib frames between it and the body are trusted code). What
+   unittest reports (setUp/tearDown errors, failed ``subTest``s, skips, expected failures)
+   decides the report: a failure fails, a skip is a skip. TestCase's API is what a test
+   body calls to decide (``self.assertEqual``), and a patch can reach every hidden
+   TestCase class (``__subclasses__``): TestCase's own dict and the unittest modules are
+   checked after every test, and before and after each call the test class's MRO may bind
+   TestCase's API names only to genuine hidden functions, TestCase's own values or plain
+   data (an inserted base class or a rebound method fails the test). The equality guard
+   below covers the ``assertEqual`` family as it covers ``assert ==``.
    Plain suites (no fixtures, conftests, setup hooks or xfail; see lean.py) skip pytest's
    collection tree and per-test protocol: the lean runner builds the same items with
    pytest's own parametrization code and calls each test itself. Its functions play the
@@ -154,6 +165,10 @@ the cost of forging a *verdict* from inside it. Known gaps:
   could kill the server - scored as a failure, never a pass.
 * A test that rebinds a global of its own hidden module (``global X; X = ...``) trips the
   integrity check; curation then quarantines or rejects it.
+* unittest: a patch that rebinds a hidden TestCase class's API and restores it within one
+  test body is the patch-and-restore gap above. ``IsolatedAsyncioTestCase`` runs through
+  asyncio, which the server does not pre-import: its tests fail. Hidden classes' data
+  attributes are not checked (``setUpClass`` legitimately sets them).
 """
 from __future__ import annotations
 
@@ -162,6 +177,7 @@ import os
 import random
 import sys
 import types
+import unittest
 import warnings
 
 import _pytest
@@ -173,8 +189,7 @@ import _pytest.unittest
 import pytest
 from _pytest._code import ExceptionInfo
 from _pytest.compat import is_async_function as _is_async_function
-from _pytest.outcomes import Skipped
-import unittest
+from _pytest.outcomes import Skipped, XFailed
 
 # Fixed per-run layout (a server runs one child at a time; the dir is wiped in between).
 RUN_ROOT = "/tmp/rlvr-enclave/run"
@@ -1439,6 +1454,10 @@ TESTCASE_NAMES = frozenset(dir(_TESTCASE)) - {"__dict__", "__doc__", "__module__
 # Plain data a test class may bind to an API name (``maxDiff = None``, ``longMessage = True``).
 _DATA_TYPES = frozenset({bool, int, float, str, bytes, type(None), tuple, frozenset})
 _MRO = type.__dict__["__mro__"].__get__
+# TestCase's own attribute values: a test class may alias them (``assertRaisesRegexp =
+# unittest.TestCase.assertRaisesRegex`` in suites written for several Pythons).
+_TESTCASE_VALUES = tuple(vars(_TESTCASE).values())
+_TESTCASE_IDS = frozenset(object.__hash__(v) for v in _TESTCASE_VALUES)
 _CLASS_DICT = type.__dict__["__dict__"].__get__
 
 
@@ -1450,7 +1469,8 @@ def _unittest_api_genuine(cls, genuine_ids) -> bool:
         if klass is object or klass is _TESTCASE:
             continue
         for key, value in list(_CLASS_DICT(klass).items()):
-            if type(key) is not str or key not in TESTCASE_NAMES or type(value) in _DATA_TYPES:
+            if type(key) is not str or key not in TESTCASE_NAMES or type(value) in _DATA_TYPES \
+                    or object.__hash__(value) in _TESTCASE_IDS:
                 continue
             if type(value) in (classmethod, staticmethod):
                 value = value.__func__
@@ -1678,7 +1698,7 @@ class EnclavePlugin:
         exc = excinfo.value if excinfo is not None else None
         if exc is None:
             outcome, longrepr = "passed", None
-        elif isinstance(exc, (Skipped, unittest.SkipTest)):
+        elif isinstance(exc, (Skipped, unittest.SkipTest, XFailed)):  # xfail: unittest's expectedFailure too
             outcome, longrepr = "skipped", ("", 0, "skipped")
         else:
             outcome, longrepr = "failed", "failed"
