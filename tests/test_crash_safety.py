@@ -382,3 +382,40 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_outputs(name, reference, tmp_
     assert not problems, (f"{name}: killed at {frac:.0%} of {ref.seconds:.1f}s, then "
                           f"{'at its first rename onto ' + renames[0] if mid.killed else 'not again'}"
                           ":\n" + "\n".join(problems))
+
+
+# ---- the atomic-write primitives (fast; no stage run) ------------------------------------------
+def test_a_killed_writers_leftovers_are_swept_by_the_next_write(tmp_path):
+    from rlvr.artifacts.io import sweep_leftovers, temp_dir_beside, write_text
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f".out.json.{dead}.abc.tmp").write_text("half")   # a SIGKILLed writer's
+    (tmp_path / f".model.{dead}.xyz").mkdir()
+    (tmp_path / f".model.{dead}.xyz" / "w.bin").write_bytes(b"half")
+    live = tmp_path / f".out.json.{os.getppid()}.def.tmp"                   # a live writer's
+    live.write_text("in flight")
+    write_text(tmp_path / "out.json", "{}")
+    assert {p.name for p in tmp_path.glob("*out.json*")} == {live.name, "out.json"}
+    built = temp_dir_beside(tmp_path / "model")
+    assert not (tmp_path / f".model.{dead}.xyz").exists() and built.name.startswith(
+        f".model.{os.getpid()}.")
+    assert sweep_leftovers(tmp_path / "out.json") == []               # the live one stays
+
+
+def test_replace_dir_swaps_in_one_step_and_keeps_nothing_beside(tmp_path):
+    from rlvr.engines.local_policy import exchange_paths, replace_dir
+
+    dest, new = tmp_path / "policy", tmp_path / ".policy.new"
+    dest.mkdir()
+    (dest / "w").write_text("old")
+    new.mkdir()
+    (new / "w").write_text("new")
+    replace_dir(new, dest)
+    assert (dest / "w").read_text() == "new" and sorted(tmp_path.iterdir()) == [dest]
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    if exchange_paths(a, b):                 # Linux: one atomic step, both names always exist
+        assert (b / "x").read_text() == "a" and a.is_dir() and not (a / "x").exists()

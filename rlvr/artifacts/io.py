@@ -2,16 +2,63 @@
 
 A stage that dies half-way must leave the previous artifact intact, so every write goes to a
 temporary file in the same directory and is renamed into place only once complete and valid.
+A temporary name carries its writer's pid (`.<name>.<pid>.<random>`): a process killed with
+SIGKILL cannot remove its own, so the next write of the same artifact removes those whose
+writer is gone (`sweep_leftovers`), never a live writer's.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_leftovers(path: Path | str) -> list[Path]:
+    """Remove the temporary files / directories beside `path` left by writers of `path` that
+    no longer run (killed before their rename); the paths removed."""
+    path = Path(path)
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for leftover in path.parent.glob(f".{path.name}.*"):
+        pid = leftover.name[len(path.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+        removed.append(leftover)
+    return removed
+
+
+def temp_prefix(path: Path | str) -> str:
+    """The prefix of this process's temporary names for `path` (see the module docstring)."""
+    return f".{Path(path).name}.{os.getpid()}."
+
+
+def temp_dir_beside(path: Path | str) -> Path:
+    """A fresh temporary directory next to `path` to build it in (then `replace_dir`), after
+    sweeping a killed writer's leftovers."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(path)
+    return Path(tempfile.mkdtemp(prefix=temp_prefix(path), dir=path.parent))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,7 +71,8 @@ def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
+    sweep_leftovers(path)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=suffix or ".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:

@@ -56,7 +56,6 @@ import queue
 import resource
 import shutil
 import statistics
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ import torch
 from rlvr.agent.passport import apply_verdicts, needs_verdict, parse_error_rate
 from rlvr.agent.rollout import RolloutParams, patch_rows, roll_out
 from rlvr.artifacts import schemas
+from rlvr.artifacts.io import temp_dir_beside
 from rlvr.config import as_dict
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.model_dir import load_policy, weights_fingerprint
@@ -149,7 +149,7 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     state, ckpt = _load_state(run_dir, params.steps)
     policy = load_policy(ckpt or base_dir, device=params.device, dtype=params.dtype)
     model = policy.model
-    backend = _backend(model, params.optimizer_params())
+    backend = _backend(model, params.optimizer_params(), data_parallel=False)
     if ckpt is not None:
         backend.opt.load_state_dict(torch.load(ckpt / OPTIMIZER, weights_only=True))
     reference = (load_policy(base_dir, device=params.device, dtype=params.dtype).model
@@ -872,8 +872,7 @@ def write_policy(out_dir: Path | str, model, policy, base_dir: Path, card_: dict
     from rlvr.engines.local_policy import replace_dir
 
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    tmp = temp_dir_beside(out_dir)
     try:
         was = model.training
         model.eval()

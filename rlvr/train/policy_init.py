@@ -12,11 +12,11 @@ format. Either way the output is an ordinary HF directory that every later stage
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Collection, Literal, Sequence
 
+from rlvr.artifacts.io import temp_dir_beside
 from rlvr.engines.local_policy import (SPECIAL_TOKENS, BuildReport, PolicySize,
                                        build_local_policy, policy_corpus, replace_dir)
 from rlvr.engines.model_dir import (ModelDirError, count_parameters, load_tokenizer,
@@ -90,7 +90,7 @@ def check_chat_tokens(model_dir: Path) -> None:
 def copy_model_dir(src: Path, dest: Path) -> None:
     """Copy (resolving symlinks, e.g. HF cache snapshots) beside dest, then swap it in."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp = temp_dir_beside(dest)
     try:
         shutil.copytree(src, tmp, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns(".git", ".cache", "*.lock"))

@@ -42,7 +42,6 @@ import random
 import shutil
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -503,11 +502,12 @@ def _write_model(model, policy, base_dir, train_rows, val_rows, p: SFTParams,
                  result: SFTResult):
     """Save (merged) weights + tokenizer + card to a temp dir beside out_dir, then rename it
     into place. Returns the in-memory model that was saved (eval mode)."""
+    from rlvr.artifacts.io import temp_dir_beside
     from rlvr.engines.local_policy import replace_dir
 
     out_dir, base_dir = Path(result.out_dir), Path(base_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    tmp = temp_dir_beside(out_dir)
     try:
         if p.lora.enabled:
             if p.lora.save_adapter:
