@@ -119,7 +119,7 @@ def _count_calls(monkeypatch):
     """Record every sequence_logprobs call of grpo (grad on?, entropy asked?) and every
     entropy computation (did its input carry a graph?)."""
     forwards, entropies = [], []
-    real_seq, real_ent = grpo.sequence_logprobs, logprobs_mod.support_entropy
+    real_seq, real_ent = grpo.sequence_logprobs, logprobs_mod.processed_entropy
 
     def seq(*a, **kw):
         forwards.append((torch.is_grad_enabled(), kw.get("with_entropy", False)))
@@ -130,7 +130,7 @@ def _count_calls(monkeypatch):
         return real_ent(lp)
 
     monkeypatch.setattr(grpo, "sequence_logprobs", seq)
-    monkeypatch.setattr(logprobs_mod, "support_entropy", ent)
+    monkeypatch.setattr(logprobs_mod, "processed_entropy", ent)
     return forwards, entropies
 
 

@@ -66,22 +66,9 @@ def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
     if not with_entropy:
         return tok, None
     if entropy_grad:
-        return tok, support_entropy(lp)
+        return tok, processed_entropy(lp)
     with torch.no_grad():
-        return tok, support_entropy(lp.detach())
-
-
-def support_entropy(lp: torch.Tensor) -> torch.Tensor:
-    """`rlvr.engines.sampling.entropy` of [..., V] processed logprobs, ~3x cheaper where the
-    distribution has full support (temperature > 0 without top-k / top-p: every entry
-    finite, the default decoding). There its -inf masks are no-ops, so the same three ops
-    without them give the same bits (and gradients); a row with an entry outside the
-    support comes out NaN (0 · −inf) and only then is the masked form computed. The masks
-    are ~2/3 of an [N, V] entropy pass, the largest cost after the matmuls of a step."""
-    h = -(lp.exp() * lp).sum(-1)
-    if torch.isnan(h).any():
-        return processed_entropy(lp)
-    return h
+        return tok, processed_entropy(lp.detach())
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
