@@ -116,6 +116,22 @@ def test_round_trip_through_the_cli_and_parquet(tmp_path, checkout):
     assert read_instances(back) == read_instances(src)
 
 
+def test_an_instance_carries_its_environment_through_import_parquet_and_export(tmp_path,
+                                                                              checkout):
+    """`dependencies` pins become the task's environment (the sandbox's task layer); they
+    survive the Parquet pool and come back on export."""
+    repos, base = checkout
+    inst = _instance(base, dependencies=["Six==1.16.0"])
+    src = _write(tmp_path / "in.jsonl", [inst])
+    [task] = import_swebench(src, repos)
+    assert task.dependencies == ("six==1.16.0",) and "dependencies" not in task.provenance["extra"]
+    out = tmp_path / "tasks.parquet"
+    assert cmd_import_swebench(Namespace(file=src, repos=repos, out=out, split="heldout")) == 0
+    back = tmp_path / "back.jsonl"
+    assert cmd_export_swebench(Namespace(tasks=out, out=back)) == 0
+    assert read_instances(back)[0]["dependencies"] == ["six==1.16.0"]
+
+
 def test_reference_patch_applies_to_the_imported_snapshot(tmp_path, checkout):
     from rlvr.tasks.patches import apply_patch
 
@@ -148,6 +164,8 @@ def test_export_of_a_non_swebench_task_is_a_complete_instance():
                                {"tests/test_core.py": "x\n"})},
      "instance acme__widgets-1: field 'test_patch': does not apply"),
     ({"problem_statement": ""}, "instance acme__widgets-1: field 'problem_statement'"),
+    ({"dependencies": ["six>=1"]}, "instance acme__widgets-1: field 'dependencies'"),
+    ({"dependencies": "six==1.16.0"}, "instance acme__widgets-1: field 'dependencies'"),
 ])
 def test_malformed_instances_name_instance_and_field(tmp_path, checkout, change, message):
     repos, base = checkout

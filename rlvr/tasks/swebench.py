@@ -9,6 +9,11 @@ touches *after* applying it, with paths relative to the repository root (the hid
 the repo root: at verification they overlay the snapshot's versions), the reference is
 `patch` and the instruction the `problem_statement`. Everything else an instance carries is
 kept in the provenance (with `test_patch` verbatim) so export gives the instance back.
+
+Environments: an instance may carry `dependencies`, exact pins `name==version` of what its
+code and tests need (an rlvr field; SWE-bench's own harness keys environments by repo and
+version instead). They become the task's `dependencies`, built offline into the sandbox's
+task layer exactly as for an authored task (`rlvr.sandbox.envs`), and export writes them back.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ SOURCE = "swebench"
 REQUIRED = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement",
             "FAIL_TO_PASS", "PASS_TO_PASS")
 OPTIONAL = ("version", "environment_setup_commit", "created_at", "hints_text")
+ENVIRONMENT = "dependencies"  # exact pins of the instance's environment (module docstring)
 CONFIG_FILES = {"pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "pytest.ini",
                 "conftest.py", "requirements.txt", "MANIFEST.in"}
 SNAPSHOT_SUFFIXES = (".py", ".pyi", ".cfg", ".toml", ".ini")
@@ -180,13 +186,20 @@ def instance_to_task(inst: dict[str, Any], repos_dir: Path | str, *, split: str 
         "hidden_root": "repo",
         **{k: inst[k] for k in OPTIONAL if k in inst},
         "extra": {k: v for k, v in sorted(inst.items())
-                  if k not in REQUIRED and k not in OPTIONAL},
+                  if k not in REQUIRED and k not in OPTIONAL and k != ENVIRONMENT},
     }
+    from rlvr.errors import ConfigError
+    from rlvr.sandbox.envs import parse_dependencies
+
+    try:
+        dependencies = parse_dependencies(inst.get(ENVIRONMENT), where)
+    except ConfigError as exc:
+        raise TaskFormatError(str(exc)) from None
     return Task(task_id=instance_id, family=values["repo"],
                 instruction=values["problem_statement"], repo_files=snapshot,
                 public_tests=(), hidden_tests=hidden, reference_patch=values["patch"],
                 split=split, source=SOURCE, fail_to_pass=f2p, pass_to_pass=p2p,
-                provenance=provenance)
+                provenance=provenance, dependencies=dependencies)
 
 
 def import_swebench(path: Path | str, repos_dir: Path | str, *, split: str = "heldout"
@@ -230,6 +243,8 @@ def task_to_instance(task: Task) -> dict[str, Any]:
         if key in prov:
             inst[key] = prov[key]
     inst.update(prov.get("extra", {}))
+    if task.dependencies:
+        inst[ENVIRONMENT] = list(task.dependencies)
     return inst
 
 
