@@ -461,7 +461,9 @@ class BaseChecks(unittest.TestCase):
         self.assertEqual(self.value, 1)
 ''',
     "test_shapes.py": '''\
+import os
 import unittest
+from unittest import mock
 
 from helpers import BaseChecks
 
@@ -513,6 +515,24 @@ class Single(unittest.TestCase):
 
 
 
+class Mocked(unittest.TestCase):
+    """unittest.mock patches module and os state and restores it: no integrity flag."""
+
+    @mock.patch("m.X", 5)
+    def test_patched(self):
+        import m
+        self.assertEqual(m.X, 5)
+
+    def test_environ(self):
+        with mock.patch.dict(os.environ, {"RLVR_SHAPE": "1"}):
+            self.assertEqual(os.environ["RLVR_SHAPE"], "1")
+
+
+class Async(unittest.IsolatedAsyncioTestCase):
+    async def test_coroutine(self):  # asyncio's Runner sets a SIGINT handler: refused
+        self.assertTrue(True)
+
+
 class Known(unittest.TestCase):
     @unittest.expectedFailure
     def test_known_bug(self):
@@ -539,6 +559,9 @@ def test_unittest_shapes_get_unittest_outcomes(sandbox_backend, lean_allowed):
         "test_shapes.py::BrokenTearDown::test_body_passes": "failed",
         "test_shapes.py::BrokenSetUp::test_body_passes": "failed",
         "test_shapes.py::Single::runTest": "passed",
-        "test_shapes.py::Known::test_known_bug": "skipped",  # xfailed, as pytest reports it
+        "test_shapes.py::Known::test_known_bug": "skipped",
+        "test_shapes.py::Mocked::test_patched": "passed",
+        "test_shapes.py::Mocked::test_environ": "passed",
+        "test_shapes.py::Async::test_coroutine": "failed",  # a listed restriction (README)  # xfailed, as pytest reports it
     }, run.outcomes
     assert run.safety_flags == []
