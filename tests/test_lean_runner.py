@@ -4,6 +4,7 @@ curation and verification must never see a difference). Anything it did not fore
 time falls back to pytest inside the same request."""
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rlvr.tasks.patches import make_patch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "rlvr" / "enclave" / "_inside"))
 import lean  # noqa: E402
+import runner  # noqa: E402
 
 PKG = {
     "zoo/__init__.py": "from zoo.core import double, parse\n",
@@ -316,3 +318,34 @@ def test_a_testcase_the_static_plan_missed_is_handed_back_at_run_time(enclaves):
     assert lean_run.outcomes == pytest_run.outcomes == {"test_a.py::Checks::test_inherited": "passed",
                                                         "test_a.py::test_plain": "passed"}
     assert lean_run.safety_flags == pytest_run.safety_flags == []
+
+
+# ---- the runner's pure parts: project import roots, unittest instrumentation ---------------
+
+def test_project_job_keeps_import_roots_inside_the_repo():
+    job = runner.project_job({"pythonpath": ["src", "src/", "../up", "/abs", ".", "lib/../pkgs", 3],
+                              "markers": ["slow: a slow test", "two\nlines", 5, " "]})
+    assert job == {"pythonpath": ["src", "pkgs"], "markers": ["slow: a slow test"]}
+    assert runner.project_job(None) == runner.project_job({}) == {"pythonpath": [], "markers": []}
+
+
+def test_unittest_methods_get_sentinels_and_their_equality_asserts_the_guard():
+    """Sentinels go into test*/runTest methods of any class (TestCases need no Test prefix,
+    bases may live in helper modules), never into other methods or module helpers; the
+    assertEqual family gets the equality guard's event like `assert ==`."""
+    hidden = {
+        "helpers.py": "class Base:\n    def test_inherited(self):\n        pass\n\n    def helper(self):\n"
+                      "        pass\n\n\ndef test_not_collected():\n    pass\n",
+        "test_u.py": "import unittest\n\n\nclass Checks(unittest.TestCase):\n    def test_eq(self):\n"
+                     "        self.assertEqual(1, 1)\n        self.assertNotEqual(1, 2, 'msg')\n"
+                     "        self.assertEqual(*[1, 1])\n        [self.assertEqual(i, i) for i in range(2)]\n\n"
+                     "    def runTest(self):\n        pass\n\n    def setUp(self):\n        pass\n",
+    }
+    suite = runner.compile_suite(hidden, "rlvr-test-placeholder")
+    assert suite.errors == {}
+    assert sorted(suite.test_codes.values()) == ["runTest", "test_eq", "test_inherited"]
+    tree = runner._Instrument("rlvr-test-placeholder", True).visit(ast.parse(hidden["test_u.py"]))
+    events = [node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Constant) and node.func.value == "rlvr-test-placeholder"]
+    assert events.count(runner.EQ_EVENT) == 3  # not the starred call
+    assert events.count(runner.PASS_EVENT) == 2  # test_eq and runTest, not setUp
