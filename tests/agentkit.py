@@ -166,6 +166,32 @@ def leak_lines(task: Task) -> list[str]:
     return hidden + added
 
 
+def synthetic_groups(model, n_groups: int = 2, G: int = 2, seed: int = 0, *,
+                     spread: tuple[int, int] = (7, 3)) -> list[dict]:
+    """GRPO groups of random token sequences: a loss mask on two policy turns, behaviour
+    logprobs unlike the trainer's (a sampler that is not bit-identical), one success per
+    group (informative). Sequence si of group gi has 30 + spread[0]*si + spread[1]*gi
+    tokens (close lengths: one micro-batch per mini-batch)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    V = model.config.vocab_size
+    groups = []
+    for gi in range(n_groups):
+        rows = []
+        for si in range(G):
+            L = 30 + spread[0] * si + spread[1] * gi
+            ids = torch.randint(0, V, (L,), generator=g).tolist()
+            mask = [0] * 8 + [1] * 6 + [0] * 5 + [1] * (L - 19)
+            turns = [-1] * 8 + [0] * 11 + [1] * (L - 19)
+            lps = (-torch.rand(L, generator=g) * 3).tolist()
+            rows.append({"trajectory_id": f"g{gi}#{si}", "token_ids": ids, "loss_mask": mask,
+                         "logprobs": [lp if m else 0.0 for lp, m in zip(lps, mask)],
+                         "turn_ids": turns, "n_turns": 2, "logprobs_kind": "behaviour"})
+        groups.append({"rewards": [1.0 if si == 0 else 0.0 for si in range(G)], "rows": rows})
+    return groups
+
+
 # ---- a tiny real policy ---------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def tiny_policy_dir() -> Path:

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from agentkit import WrappedEngine, count_task, take_task, tiny_policy_dir
+from agentkit import WrappedEngine, count_task, synthetic_groups, take_task, tiny_policy_dir
 from rlvr.agent.episode import Budgets
 from rlvr.agent.rollout import RolloutParams
 from rlvr.agent.tools import format_tool_call
@@ -164,32 +164,11 @@ def test_sampling_stops_once_the_target_of_informative_groups_is_met(tmp_path, b
 
 
 # ---- the update --------------------------------------------------------------------------------
-def _synthetic_groups(model, n_groups=2, G=2, seed=0):
-    """Groups of random token sequences with a loss mask on two 'turns' and behaviour
-    logprobs that differ from the trainer's (a sampler that is not bit-identical)."""
-    g = torch.Generator().manual_seed(seed)
-    V = model.config.vocab_size
-    groups = []
-    for gi in range(n_groups):
-        rows = []
-        for si in range(G):
-            L = 30 + 7 * si + 3 * gi
-            ids = torch.randint(0, V, (L,), generator=g).tolist()
-            mask = [0] * 8 + [1] * 6 + [0] * 5 + [1] * (L - 19)
-            turns = [-1] * 8 + [0] * 11 + [1] * (L - 19)
-            lps = (-torch.rand(L, generator=g) * 3).tolist()
-            rows.append({"trajectory_id": f"g{gi}#{si}", "token_ids": ids, "loss_mask": mask,
-                         "logprobs": [lp if m else 0.0 for lp, m in zip(lps, mask)],
-                         "turn_ids": turns, "n_turns": 2, "logprobs_kind": "behaviour"})
-        groups.append({"rewards": [1.0 if si == 0 else 0.0 for si in range(G)], "rows": rows})
-    return groups
-
-
 def _update(params, model=None, groups=None, grads=None):
     """One `update_policy`; `grads` (a list) receives each optimizer step's gradients."""
     model = model or load_policy(tiny_policy_dir()).model
     model.train()
-    groups = groups or _synthetic_groups(model)
+    groups = groups or synthetic_groups(model)
     backend = _backend(model, params.optimizer_params())
     if grads is not None:
         step = backend.step
@@ -233,7 +212,7 @@ def test_the_update_does_not_depend_on_the_micro_batch_layout(aggregation):
 
 def test_an_all_equal_group_contributes_exactly_no_gradient():
     model = load_policy(tiny_policy_dir()).model
-    groups = _synthetic_groups(model)
+    groups = synthetic_groups(model)
     for g in groups:
         g["rewards"] = [0.5, 0.5]
     before = _weights(model)

@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from agentkit import tiny_policy_dir
+from agentkit import synthetic_groups, tiny_policy_dir
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.model_dir import load_policy
 from rlvr.rl.loss import grpo_loss
@@ -32,25 +32,9 @@ def _params(**kw):
     return parse_grpo_params({**base, **kw})
 
 
-def _groups(model, n_groups=2, G=2, seed=0):
-    """Random token sequences, two policy turns each, behaviour logprobs unlike the
-    trainer's, one success per group (informative)."""
-    g = torch.Generator().manual_seed(seed)
-    V = model.config.vocab_size
-    groups = []
-    for gi in range(n_groups):
-        rows = []
-        for si in range(G):
-            L = 30 + 2 * si + gi   # close lengths: one micro-batch per mini-batch
-            ids = torch.randint(0, V, (L,), generator=g).tolist()
-            mask = [0] * 8 + [1] * 6 + [0] * 5 + [1] * (L - 19)
-            turns = [-1] * 8 + [0] * 11 + [1] * (L - 19)
-            lps = (-torch.rand(L, generator=g) * 3).tolist()
-            rows.append({"trajectory_id": f"g{gi}#{si}", "token_ids": ids, "loss_mask": mask,
-                         "logprobs": [lp if m else 0.0 for lp, m in zip(lps, mask)],
-                         "turn_ids": turns, "n_turns": 2, "logprobs_kind": "behaviour"})
-        groups.append({"rewards": [1.0 if si == 0 else 0.0 for si in range(G)], "rows": rows})
-    return groups
+def _groups(model, **kw):
+    """Close lengths: one micro-batch per mini-batch."""
+    return synthetic_groups(model, spread=(2, 1), **kw)
 
 
 def _recording(model, backend, grads):
