@@ -192,6 +192,19 @@ def synthetic_groups(model, n_groups: int = 2, G: int = 2, seed: int = 0, *,
     return groups
 
 
+def record_grads(model, backend, grads: list) -> None:
+    """Make `backend.step` append each optimizer step's gradients (name -> tensor) to `grads`
+    before stepping."""
+    step = backend.step
+
+    def recording(lr):
+        grads.append({n: q.grad.detach().clone() for n, q in model.named_parameters()
+                      if q.grad is not None})
+        return step(lr)
+
+    backend.step = recording
+
+
 # ---- a tiny real policy ---------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def tiny_policy_dir() -> Path:

@@ -11,7 +11,8 @@ import json
 import pytest
 import torch
 
-from agentkit import WrappedEngine, count_task, synthetic_groups, take_task, tiny_policy_dir
+from agentkit import (WrappedEngine, count_task, record_grads, synthetic_groups, take_task,
+                      tiny_policy_dir)
 from rlvr.agent.episode import Budgets
 from rlvr.agent.rollout import RolloutParams
 from rlvr.agent.tools import format_tool_call
@@ -171,14 +172,7 @@ def _update(params, model=None, groups=None, grads=None):
     groups = groups or synthetic_groups(model)
     backend = _backend(model, params.optimizer_params())
     if grads is not None:
-        step = backend.step
-
-        def recording(lr):
-            grads.append({n: q.grad.detach().clone() for n, q in model.named_parameters()
-                          if q.grad is not None})
-            return step(lr)
-
-        backend.step = recording
+        record_grads(model, backend, grads)
     out = grpo.update_policy(model, backend, groups, params, SamplingParams(), None, 0.0, 0)
     return model, out
 

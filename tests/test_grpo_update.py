@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from agentkit import synthetic_groups, tiny_policy_dir
+from agentkit import record_grads, synthetic_groups, tiny_policy_dir
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.model_dir import load_policy
 from rlvr.rl.loss import grpo_loss
@@ -37,15 +37,6 @@ def _groups(model, **kw):
     return synthetic_groups(model, spread=(2, 1), **kw)
 
 
-def _recording(model, backend, grads):
-    step = backend.step
-
-    def recording(lr):
-        grads.append({n: q.grad.detach().clone() for n, q in model.named_parameters()
-                      if q.grad is not None})
-        return step(lr)
-
-    backend.step = recording
 
 
 def _plain_update(model, groups, params, coef):
@@ -54,7 +45,7 @@ def _plain_update(model, groups, params, coef):
     loss, backward, AdamW step. Returns each step's gradients."""
     backend = _backend(model, params.optimizer_params())
     grads: list = []
-    _recording(model, backend, grads)
+    record_grads(model, backend, grads)
     seqs = grpo._sequences(groups, params)
     (micro,) = grpo.micro_batches([len(s.ids) for s in seqs], range(len(seqs)),
                                   params.micro_batch_tokens)   # the update's row order
@@ -86,7 +77,7 @@ def test_the_update_gives_the_gradients_of_the_plain_computation(epochs, coef):
     plain = _plain_update(plain_model, groups, params, coef)
     backend = _backend(fast_model, params.optimizer_params())
     fast: list = []
-    _recording(fast_model, backend, fast)
+    record_grads(fast_model, backend, fast)
     out = grpo.update_policy(fast_model, backend, groups, params, SCORING, None, coef, 0)
     assert len(fast) == len(plain) == epochs
     for a, b in zip(plain, fast):
