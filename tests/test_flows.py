@@ -20,6 +20,8 @@ import yaml
 
 import flows.pipeline as fp
 from rlvr.errors import ConfigError
+from rlvr.orchestrate.stage_process import killed_by_signal
+from rlvr.orchestrate.stage_report import MLFLOW_UI_ENV
 
 DVC_YAML = """\
 stages:
@@ -187,12 +189,12 @@ def test_param_overrides_run_as_a_dvc_experiment(harness, project, monkeypatch):
 
 # ---------------------------------------------------------------- no Prefect server needed
 def test_signal_deaths_are_read_from_either_status_form():
-    assert fp.killed_by_signal(-9) == 9           # the shell exec'd the stage
-    assert fp.killed_by_signal(137) == 9          # a shell reported its child's SIGKILL
-    assert fp.killed_by_signal(143) == 15
-    assert fp.killed_by_signal(2) is None and fp.killed_by_signal(1) is None
-    assert fp.killed_by_signal(None) is None and fp.killed_by_signal(128) is None
-    assert fp.killed_by_signal(255) is None       # beyond any signal: the stage's own code
+    assert killed_by_signal(-9) == 9           # the shell exec'd the stage
+    assert killed_by_signal(137) == 9          # a shell reported its child's SIGKILL
+    assert killed_by_signal(143) == 15
+    assert killed_by_signal(2) is None and killed_by_signal(1) is None
+    assert killed_by_signal(None) is None and killed_by_signal(128) is None
+    assert killed_by_signal(255) is None       # beyond any signal: the stage's own code
 
 
 def test_served_deployment_schedule_and_parameters():
@@ -292,7 +294,7 @@ def test_mlflow_link_found_for_the_stage_run(tmp_path, monkeypatch):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv(fp.MLFLOW_UI_ENV, "http://ui:5000")
+    monkeypatch.setenv(MLFLOW_UI_ENV, "http://ui:5000")
     monkeypatch.delenv("RLVR_TRACKING", raising=False)
     client = MlflowClient(uri)
     exp = client.create_experiment("rlvr")

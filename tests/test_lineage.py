@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from flows.pipeline import stage_order
+from rlvr.orchestrate.dag import stage_order
 from rlvr.errors import ConfigError
 from rlvr.tracking.stage import stage_run
 
