@@ -7,6 +7,7 @@ import json
 import re
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +53,74 @@ def read_seed_repo(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     return sources, tests
 
 
-def bug_candidates(sources: dict[str, str]):
-    """(path, buggy_text) for single operator flips, in a fixed order."""
+CORPUS_CACHE = ROOT / "data" / "real" / ".cache"
+# The project files a library's suite configuration lives in (rlvr.tasks.project_config reads them).
+PROJECT_CONFIG_FILES = ("pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
+
+
+@dataclass(frozen=True)
+class Library:
+    """A corpus library as a bench task source: its package files plus project config (the
+    repository snapshot), its upstream test files keyed relative to their test directory (the
+    hidden suite, unchanged), and its declared dependency pins (the task env)."""
+
+    label: str
+    sources: dict[str, str]
+    tests: dict[str, str]
+    dependencies: tuple[str, ...]
+
+
+def read_library(name: str) -> Library:
+    """The pinned corpus library `name` (data/real/corpus.toml), read from the cache that
+    scripts/fetch_corpus.py fills; a missing entry or an unfetched cache is a clear exit."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_corpus", ROOT / "scripts" / "fetch_corpus.py")
+    fc = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("fetch_corpus", fc)  # its dataclasses look their module up
+    spec.loader.exec_module(fc)
+    libs = {lib.name: lib for lib in fc.load_lock().libraries}
+    if name not in libs:
+        raise SystemExit(f"--library {name!r}: not in data/real/corpus.toml (have {', '.join(sorted(libs))})")
+    lib = libs[name]
+    src = CORPUS_CACHE / "src" / f"{lib.name}-{lib.version}"
+    if not src.is_dir():
+        raise SystemExit(f"{src}: not fetched; run: python scripts/fetch_corpus.py")
+    test_roots = [src / t for t in lib.tests]
+    sources: dict[str, str] = {}
+    tests: dict[str, str] = {}
+    for file in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = file.relative_to(src).as_posix()
+        root = next((t for t in test_roots if file == t or t in file.parents), None)
+        if root is not None:
+            if file.suffix == ".py":
+                key = file.name if file == root else file.relative_to(root).as_posix()
+                tests[key] = file.read_text(encoding="utf-8")
+        elif rel in PROJECT_CONFIG_FILES or (_in_package(file, src) and file.suffix in (".py", ".typed")):
+            sources[rel] = file.read_text(encoding="utf-8")
+    if not tests or not any(p.endswith(".py") for p in sources):
+        raise SystemExit(f"{src}: found no package sources or no tests ({lib.tests})")
+    return Library(f"{lib.name}-{lib.version}", sources, tests, tuple(lib.dependencies))
+
+
+def _in_package(file: Path, top: Path) -> bool:
+    """Inside an importable package directory (one with __init__.py up to `top`'s child)."""
+    parent = file.parent
+    if parent == top:
+        return False
+    while parent != top:
+        if not (parent / "__init__.py").is_file():
+            return False
+        parent = parent.parent
+    return True
+
+
+def bug_candidates(sources: dict[str, str], *, include_init: bool = False):
+    """(path, buggy_text) for single operator flips, in a fixed order. Only `.py` files;
+    `__init__.py` is skipped unless `include_init` (a real library may keep all its code
+    there, e.g. inflection)."""
     for path in sorted(sources):
-        if path.endswith("__init__.py"):
+        if not path.endswith(".py") or (path.endswith("__init__.py") and not include_init):
             continue
         text = sources[path]
         for old, new in _FLIPS:
@@ -64,10 +129,11 @@ def bug_candidates(sources: dict[str, str]):
 
 
 def make_task(task_id: str, family: str, fixed: dict[str, str], buggy_path: str, buggy_text: str,
-              hidden: dict[str, str]) -> Task:
+              hidden: dict[str, str], dependencies: tuple[str, ...] = ()) -> Task:
     buggy = {**fixed, buggy_path: buggy_text}
     return Task(task_id=task_id, family=family, instruction="fix the bug", repo_files=buggy,
-                public_tests=(), hidden_tests=hidden, reference_patch=make_patch(buggy, fixed))
+                public_tests=(), hidden_tests=hidden, reference_patch=make_patch(buggy, fixed),
+                dependencies=tuple(dependencies))
 
 
 def emit(summary_obj: dict) -> None:

@@ -13,14 +13,20 @@ its exit status is the verdict. Its CPU is what that pytest process reports for 
 (plus git), because bwrap's PID-1 reaper hides a sandbox tree's rusage.
 
 The task is built from a seed repository (default data/seed_repos/caching; its tests/ is the
-hidden suite) with one injected operator-flip bug; patches alternate between the reference
-fix and the empty patch, and warm and cold verdicts are interleaved so machine load hits
-both. Because pytest's own per-test work is the same on both sides, the speed-up depends on
+hidden suite) with one injected operator-flip bug. `--library NAME` builds it instead from a
+pinned real library of data/real/corpus.toml (fetched by scripts/fetch_corpus.py): its package
+sources and project config at the pinned version, its upstream test files unchanged as the
+hidden suite, its declared dependency pins as the task env (both sides get the same layer), and
+the first operator flip its suite notices. Upstream test files that do not pass on the
+unmodified source in the sandbox are left out (and named on stderr) so the reference passes;
+the cold side keeps pytest's debugging plugin there (see cold_args).
+Patches alternate between the reference fix and the empty patch, and warm and cold verdicts
+are interleaved so machine load hits both. Because pytest's own per-test work is the same on both sides, the speed-up depends on
 suite size: `--sizes` runs the comparison on hidden suites cut to about N tests (whole test
 files, in name order); the headline is the size closest to 40.
 
-    python bench/enclave.py [--backend bwrap|docker] [--seed-repo PATH] [--verdicts 20]
-                            [--sizes 10,40,all]
+    python bench/enclave.py [--backend bwrap|docker] [--seed-repo PATH | --library NAME]
+                            [--verdicts 20] [--sizes 10,40,all]
 """
 from __future__ import annotations
 
@@ -33,10 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import DEFAULT_SEED_REPO, ROOT, bug_candidates, emit, make_task, read_seed_repo, summary
+from _common import (CORPUS_CACHE, DEFAULT_SEED_REPO, ROOT, bug_candidates, emit, make_task, read_library,
+                     read_seed_repo, summary)
 
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits, Mount, get_sandbox
+from rlvr.tasks import project_config
 from rlvr.tasks.model import Task
 
 sys.path.insert(0, str(ROOT / "rlvr" / "enclave" / "_inside"))
@@ -54,23 +62,45 @@ COLD_MAIN = (
 )
 
 
-def cold_args() -> list[str]:
-    """The enclave's pytest arguments, pointed at the cold layout (conftests load normally)."""
+def cold_args(debugging: bool = False) -> list[str]:
+    """The enclave's pytest arguments, pointed at the cold layout (conftests load normally).
+    `debugging` keeps pytest's debugging plugin: its unittest.TestCase items call it on every
+    test (`maybe_wrap_pytest_function_for_tracing`) and error out without it, so library
+    suites (e.g. python-slugify's TestCase classes) need it; the enclave runs its own loop."""
     args = inside.pytest_args("/work/pytest.ini")
     out = []
-    for a in args:
+    for i, a in enumerate(args):
         if a == "--noconftest":
+            continue
+        if debugging and (a == "no:debugging" or (a == "-p" and args[i + 1] == "no:debugging")):
             continue
         out.append(a.replace(inside.HIDDEN, "/work/hidden").replace(inside.BASETEMP, "/work/tmp"))
     return out
 
 
-def build_task(enclave: Enclave, seed_repo: Path) -> tuple[Task, dict[str, int]]:
+def passing_suite(enclave: Enclave, label: str, sources: dict[str, str], tests: dict[str, str],
+                  deps: tuple[str, ...]) -> dict[str, str]:
+    """The hidden files whose tests all pass on the unmodified source in the sandbox (with
+    the support files, e.g. __init__.py); the others are named on stderr and left out, since
+    a suite the reference fails cannot give a verdict."""
+    any_py = next(p for p in sorted(sources) if p.endswith(".py"))
+    clean = make_task(f"bench-{label}-clean", label, sources, any_py, sources[any_py], tests, deps)
+    run = enclave.run_suite(clean, "", seed=0)
+    if run.status != "ok" or not run.outcomes:
+        raise SystemExit(f"{label}: the unmodified source does not run its suite ({run.status})")
+    bad = sorted({t.split("::")[0] for t, o in run.outcomes.items() if o != "passed"})
+    if bad:
+        print(f"{label}: left out upstream test files not passing on the unmodified source: {', '.join(bad)}",
+              file=sys.stderr)
+    return {p: t for p, t in tests.items() if p not in bad}
+
+
+def build_task(enclave: Enclave, label: str, sources: dict[str, str], tests: dict[str, str],
+               deps: tuple[str, ...] = (), include_init: bool = False) -> tuple[Task, dict[str, int]]:
     """The first operator flip the hidden suite notices (with its FAIL_TO_PASS and
     PASS_TO_PASS ids), and the number of tests per hidden file."""
-    sources, tests = read_seed_repo(seed_repo)
-    for path, buggy in bug_candidates(sources):
-        task = make_task(f"bench-{seed_repo.name}", seed_repo.name, sources, path, buggy, tests)
+    for path, buggy in bug_candidates(sources, include_init=include_init):
+        task = make_task(f"bench-{label}", label, sources, path, buggy, tests, deps)
         pristine = enclave.run_suite(task, "", seed=0)
         if pristine.status == "ok" and any(o != "passed" for o in pristine.outcomes.values()):
             fixed = enclave.run_suite(task, task.reference_patch, seed=0)
@@ -81,7 +111,7 @@ def build_task(enclave: Enclave, seed_repo: Path) -> tuple[Task, dict[str, int]]
                 f2p = tuple(sorted(t for t, o in pristine.outcomes.items() if o != "passed"))
                 p2p = tuple(sorted(t for t in fixed.outcomes if t not in f2p))
                 return task.with_(fail_to_pass=f2p, pass_to_pass=p2p), per_file
-    raise SystemExit(f"{seed_repo}: no single operator flip is detected by its tests")
+    raise SystemExit(f"{label}: no single operator flip is detected by its tests")
 
 
 def cut(task: Task, per_file: dict[str, int], size: int | None) -> Task:
@@ -103,8 +133,12 @@ def cut(task: Task, per_file: dict[str, int], size: int | None) -> Task:
                       pass_to_pass=tuple(t for t in task.pass_to_pass if t.split("::")[0] in keep))
 
 
-def cold_verdict(sandbox, task: Task, patch: str) -> tuple[bool, float]:
-    """Fresh copy + fresh sandbox + fresh pytest process: (passed, CPU of pytest + git)."""
+def cold_verdict(sandbox, task: Task, patch: str, project: dict, task_env: Path | None = None,
+                 debugging: bool = False) -> tuple[bool, float]:
+    """Fresh copy + fresh sandbox + fresh pytest process: (passed, CPU of pytest + git).
+    `project` (the task's project_config job fields, read once per task) is honoured as the
+    enclave honours it: its markers registered, its import roots ahead of the repo;
+    `task_env` is the task's dependency layer."""
     cpu = 0.0
     with tempfile.TemporaryDirectory(prefix="rlvr-cold-") as tmp:
         root = Path(tmp)
@@ -113,7 +147,8 @@ def cold_verdict(sandbox, task: Task, patch: str) -> tuple[bool, float]:
                 (root / base / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / base / rel).write_text(text)
         (root / "tmp").mkdir()
-        (root / "pytest.ini").write_text(INI)
+        (root / "pytest.ini").write_text(INI + "".join(
+            ("markers =\n" if i == 0 else "") + f"    {m}\n" for i, m in enumerate(project["markers"])))
         if patch.strip():
             for args in (["apply", "--check"], ["apply"]):
                 before = os.times()
@@ -124,10 +159,11 @@ def cold_verdict(sandbox, task: Task, patch: str) -> tuple[bool, float]:
                 if code:
                     return False, cpu
         result = sandbox.run(
-            [sandbox.python, "-s", "-c", COLD_MAIN, *cold_args()],
+            [sandbox.python, "-s", "-c", COLD_MAIN, *cold_args(debugging)],
             mounts=[Mount(root, "/work", writable=True)], cwd="/work/repo",
-            env={"PYTHONPATH": "/work/repo", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"},
-            limits=LIMITS,
+            env={"PYTHONPATH": ":".join([*(f"/work/repo/{p}" for p in project["pythonpath"]), "/work/repo"]),
+                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"},
+            limits=LIMITS, task_env=task_env,
         )
         for line in result.stderr.splitlines():
             if line.startswith("RLVR_CPU "):
@@ -135,10 +171,12 @@ def cold_verdict(sandbox, task: Task, patch: str) -> tuple[bool, float]:
         return result.exit_code == 0, cpu
 
 
-def compare(enclave: Enclave, sandbox, task: Task, verdicts: int) -> dict:
+def compare(enclave: Enclave, sandbox, task: Task, verdicts: int, task_env: Path | None = None,
+            debugging: bool = False) -> dict:
     patches = [task.reference_patch, ""]
     warm, cold, warm_cpu, cold_cpu, agree = [], [], [], [], 0
     enclave.verify(task, task.reference_patch, seed=0)  # ship the task to the server once
+    project = project_config.for_task(task).job_fields()
     for i in range(verdicts):
         patch = patches[i % 2]
         t = time.monotonic()
@@ -146,7 +184,7 @@ def compare(enclave: Enclave, sandbox, task: Task, verdicts: int) -> dict:
         warm.append(time.monotonic() - t)
         warm_cpu.append(v.resources["cpu_seconds"])
         t = time.monotonic()
-        c, c_cpu = cold_verdict(sandbox, task, patch)
+        c, c_cpu = cold_verdict(sandbox, task, patch, project, task_env, debugging)
         cold.append(time.monotonic() - t)
         cold_cpu.append(c_cpu)
         agree += v.success == c
@@ -162,7 +200,9 @@ def compare(enclave: Enclave, sandbox, task: Task, verdicts: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="bwrap")
-    ap.add_argument("--seed-repo", type=Path, default=DEFAULT_SEED_REPO)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--seed-repo", type=Path, default=DEFAULT_SEED_REPO)
+    src.add_argument("--library", help="a data/real/corpus.toml library name, e.g. python-slugify")
     ap.add_argument("--verdicts", type=int, default=20)
     ap.add_argument("--sizes", default="10,40,all", help="comma-separated suite sizes, 'all' = whole suite")
     args = ap.parse_args()
@@ -170,20 +210,40 @@ def main() -> None:
         raise SystemExit("git is required")
     sizes = [None if s.strip() == "all" else int(s) for s in args.sizes.split(",")]
 
+    if args.library:  # the task env is built offline from the corpus wheelhouse
+        os.environ.setdefault("RLVR_WHEELHOUSE", str(CORPUS_CACHE / "wheelhouse"))
     sandbox = get_sandbox(args.backend)
     results = []
     with Enclave(backend=args.backend, limits=LIMITS, workers=1, consensus_runs=1) as enclave:
         t0 = time.monotonic()
         enclave.warm_up()
         startup = time.monotonic() - t0
-        full, per_file = build_task(enclave, args.seed_repo)
+        if args.library:
+            lib = read_library(args.library)
+            label, kind = lib.label, "library"
+            hidden = passing_suite(enclave, label, lib.sources, lib.tests, lib.dependencies)
+            extra = {"left_out": sorted(set(lib.tests) - set(hidden)), "dependencies": list(lib.dependencies)}
+            full, per_file = build_task(enclave, label, lib.sources, hidden, lib.dependencies, include_init=True)
+        else:
+            sources, tests = read_seed_repo(args.seed_repo)
+            label, kind, extra = args.seed_repo.name, "seed repo", {}
+            full, per_file = build_task(enclave, label, sources, tests)
+        task_env = enclave.task_env(full)
+        bug_lines = [line for line in full.reference_patch.splitlines() if line[:1] in "+-"
+                     and not line.startswith(("---", "+++"))]
         bug = next(line[6:] for line in full.reference_patch.splitlines() if line.startswith("--- a/"))
-        print(f"seed repo {args.seed_repo.name}: {sum(per_file.values())} hidden tests in {len(per_file)} files, "
-              f"injected bug in {bug}; backend {args.backend}, server start {startup:.2f}s", file=sys.stderr)
+        flip = " -> ".join(b[1:].strip() for b in reversed(bug_lines))  # the patch goes buggy -> fixed
+        print(f"{kind} {label}: {sum(per_file.values())} hidden tests in {len(per_file)} files, "
+              f"injected bug in {bug} ({flip}); backend {args.backend}, server start {startup:.2f}s",
+              file=sys.stderr)
+        seen = set()
         for size in sizes:
             task = cut(full, per_file, size)
+            if frozenset(task.hidden_tests) in seen:  # a cut equal to one already measured
+                continue
+            seen.add(frozenset(task.hidden_tests))
             n_tests = sum(n for f, n in per_file.items() if f in task.hidden_tests)
-            r = compare(enclave, sandbox, task, args.verdicts)
+            r = compare(enclave, sandbox, task, args.verdicts, task_env, debugging=bool(args.library))
             r["tests"] = n_tests
             results.append(r)
             print(f"{n_tests:4d} tests: warm median {r['warm']['median_s'] * 1000:6.1f} ms (p90 "
@@ -195,10 +255,11 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"headline (~40 tests): {head['speedup_median']:.1f}x median wall speed-up; "
           f"load average {load:.1f} on {os.cpu_count()} CPUs")
-    emit({"bench": "enclave", "backend": args.backend, "seed_repo": args.seed_repo.name,
+    emit({"bench": "enclave", "backend": args.backend, ("library" if args.library else "seed_repo"): label,
           "verdicts_per_size": args.verdicts, "server_start_s": round(startup, 3),
           "headline_tests": head["tests"], "speedup_median": head["speedup_median"],
-          "cpu_speedup_median": head["cpu_speedup_median"], "loadavg": round(load, 2), "sizes": results})
+          "cpu_speedup_median": head["cpu_speedup_median"], "loadavg": round(load, 2), "sizes": results,
+          **({"bug": f"{bug}: {flip}", **extra} if args.library else {})})
 
 
 if __name__ == "__main__":
