@@ -61,7 +61,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as current_flow_run  # noqa: E402
 
 from rlvr.errors import exit_on_error  # noqa: E402
-from rlvr.orchestrate.dag import DagStage, _root_of, load_dag, select_stages  # noqa: E402
+from rlvr.orchestrate.dag import DagStage, load_dag, project_root, select_stages  # noqa: E402
 from rlvr.orchestrate.params import apply_param_overrides  # noqa: E402
 from rlvr.orchestrate.stage_process import (PIPELINE_ENV, InfrastructureFailure,  # noqa: E402
                                             StageFailed, dvc_command, run_streamed, stage_env)
@@ -153,7 +153,7 @@ def rlvr_pipeline(targets: list[str] | None = None, set_params: list[str] | None
     Returns the stages run, in order.
     """
     logger = get_run_logger()
-    root_path = _root_of(root)
+    root_path = project_root(root)
     dag = load_dag(root_path)
     order = select_stages(dag, targets, with_upstream)
     key = os.environ.get(PIPELINE_ENV) or f"prefect:{current_flow_run.id}"

@@ -22,7 +22,7 @@ class DagStage:
     metrics: tuple[str, ...]
 
 
-def _root_of(root: Path | str | None) -> Path:
+def project_root(root: Path | str | None) -> Path:
     """The repo root; a path to a dvc.yaml means its folder (older callers passed the file)."""
     path = Path(root) if root is not None else REPO_ROOT
     if path.name == "dvc.yaml":
@@ -38,7 +38,7 @@ def load_dag(root: Path | str | None = None) -> dict[str, DagStage]:
     from dvc.repo import Repo
     from dvc.stage import PipelineStage
 
-    root = _root_of(root)
+    root = project_root(root)
     if not (root / "dvc.yaml").is_file():
         raise ConfigError(f"{root / 'dvc.yaml'}: cannot read the DAG: no such file")
     try:
