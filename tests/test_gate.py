@@ -59,6 +59,22 @@ def test_worse_on_the_target_tier_blocks_on_target_capability():
                                  "policy_steps": [0]}]
 
 
+def test_a_blocked_candidate_that_is_the_champion_discards_nothing():
+    """GRPO that accepted no group saves the SFT weights again: the gate still judges it
+    (here: an unparsed tool call blocks), but its rollouts are the champion's own."""
+    from rlvr.gate.report import render_markdown
+
+    twin = gk.rows("champ", invalid=lambda tier, t, i: 1 if (tier, t, i) == ("heldout", 7, 2)
+                   else 0)
+    result = run_gate(twin, _champ(), gk.params())
+    assert result.decision == "block" and result.candidate_is_champion
+    assert result.discard() == []
+    gate = result.as_json()
+    assert gate["candidate_is_champion"] is True and gate["discard"] == []
+    assert "the champion's own checkpoint" in render_markdown(gate)
+    assert run_gate(gk.rows("cand"), _champ(), gk.params()).candidate_is_champion is False
+
+
 def test_a_regression_on_another_tier_blocks_on_no_regressions():
     cand = gk.rows("cand", {"heldout_function": gk.better_on_target,
                             "regression": lambda t: 1 if t < 20 else 2})

@@ -63,6 +63,23 @@ def test_a_checkpoint_is_registered_once_and_a_rerun_changes_nothing(reg):
     assert len(history(reg, MODEL)) == 2
 
 
+@pytest.mark.parametrize("decision", ["block", "promote", "inconclusive"])
+def test_a_candidate_identical_to_the_champion_changes_nothing(reg, decision):
+    """GRPO that accepted no group writes the SFT weights again: same content hash. Blocking
+    it must not tag the champion's own version for discard (nor promotion move anything)."""
+    apply_decision(reg, MODEL, "block", ck("a"), ck("sft"))
+    before = {v.version: dict(v.tags) for v in versions(reg, MODEL)}
+    twin = Checkpoint("grpo", ck("sft").content_hash, "/models/grpo",
+                      ck("sft").policy_versions, (0,))
+    out = apply_decision(reg, MODEL, decision, twin, ck("sft"))
+    assert out["candidate_is_champion"] is True
+    assert out["discard"] is False and out["alias_moved"] is False
+    assert out["candidate_version"] == out["champion_version"] == out["champion_now"]
+    assert {v.version: dict(v.tags) for v in versions(reg, MODEL)} == before
+    assert [d["checkpoint"] for d in discarded(reg, MODEL)] == ["a"]
+    assert [m["event"] for m in history(reg, MODEL)] == ["baseline"]
+
+
 def test_a_gate_against_a_checkpoint_that_is_not_the_champion_is_refused(reg):
     apply_decision(reg, MODEL, "promote", ck("c"), ck("init"))
     before = (aliases_of(reg, MODEL), history(reg, MODEL), len(versions(reg, MODEL)))

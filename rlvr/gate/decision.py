@@ -70,9 +70,16 @@ class GateResult:
         out += [f"stop_signals:{s}" for s in self.rule("stop_signals").numbers["raised"]]
         return out
 
+    @property
+    def candidate_is_champion(self) -> bool:
+        """Same content hash: training made no update (e.g. GRPO accepted no group)."""
+        return self.candidate.content_hash == self.champion.content_hash
+
     def discard(self) -> list[dict[str, Any]]:
-        """Rollouts to discard: a rejected (blocked) candidate's policy versions and steps."""
-        if self.decision != "block":
+        """Rollouts to discard: a rejected (blocked) candidate's policy versions and steps;
+        none when the candidate is the champion's own checkpoint (its rollouts are the
+        champion's)."""
+        if self.decision != "block" or self.candidate_is_champion:
             return []
         return [{"checkpoint": self.candidate.name, "content_hash": self.candidate.content_hash,
                  "policy_version": v, "policy_steps": list(self.candidate.policy_steps)}
@@ -82,6 +89,7 @@ class GateResult:
         return clean({
             "gate_version": GATE_VERSION,
             "decision": self.decision,
+            "candidate_is_champion": self.candidate_is_champion,
             "blocking": self.blocking,
             "inconclusive": [r.name for r in self.rules if r.status == "inconclusive"],
             "rules": {r.name: {"status": r.status, "why": r.why, **r.numbers}

@@ -48,6 +48,9 @@ def render_markdown(gate: Mapping[str, Any], *, cost: Mapping[str, Any] | None =
            f"sample seeds. Evaluations: `{cand['evaluation']}`"
            + (f", `{champ['evaluation']}`" if champ["evaluation"] != cand["evaluation"] else "")
            + ".\n\n"]
+    if gate.get("candidate_is_champion"):
+        out.append("The candidate is the champion's own checkpoint (same content hash: "
+                   "training made no update); nothing is discarded or moved.\n\n")
     if gate["blocking"]:
         out.append("Blocked by: " + ", ".join(f"`{b}`" for b in gate["blocking"]) + ".\n\n")
     if gate["inconclusive"]:

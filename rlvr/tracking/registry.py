@@ -10,7 +10,8 @@ back. A rejected version carries `discard=true` and its `policy_step`/`policy_ve
 the rollouts it produced can be dropped from the pool by policy version.
 
 A checkpoint already registered (same content hash) is reused, not registered twice: a gate
-rerun on the same inputs leaves the registry as it was.
+rerun on the same inputs leaves the registry as it was. A candidate with the champion's own
+content hash (training that made no update) changes nothing: no tag, no discard, no move.
 """
 from __future__ import annotations
 
@@ -167,14 +168,17 @@ def apply_decision(c, model: str, decision: str, candidate: Checkpoint, champ: C
     if state == "none":
         move_alias(c, model, base.version, event="baseline",
                    reason=f"first gate run: {champ.name} is the baseline champion", alias=alias)
+    unchanged = candidate.content_hash == champ.content_hash
     tags = {"gate.decision": decision, "gate.champion_version": str(base.version)}
-    if decision == "block":
+    if decision == "block" and not unchanged:
         tags.update({"discard": "true",
                      "discard.policy_step": ",".join(str(s) for s in candidate.policy_steps),
                      "discard.policy_version": ",".join(candidate.policy_versions)})
-    cand = register(c, model, candidate, tags)
+    # A candidate byte-identical to the champion (a training stage that made no update) is
+    # the champion's own version: its decision must not tag it, nor discard its rollouts.
+    cand = base if unchanged else register(c, model, candidate, tags)
     moved = False
-    if decision == "promote" and state != "applied":
+    if decision == "promote" and state != "applied" and not unchanged:
         move_alias(c, model, cand.version, event="promote", reason=reason or
                    f"gate promoted {candidate.name} over {champ.name}", alias=alias)
         moved = True
@@ -182,7 +186,9 @@ def apply_decision(c, model: str, decision: str, candidate: Checkpoint, champ: C
     return {"model": model, "alias": alias, "candidate_version": str(cand.version),
             "champion_version": str(base.version), "alias_moved": moved,
             "champion_now": str(now.version) if now else None,
-            "already_applied": state == "applied", "discard": decision == "block"}
+            "already_applied": state == "applied",
+            "discard": decision == "block" and not unchanged,
+            "candidate_is_champion": unchanged}
 
 
 def rollback(c, model: str, *, alias: str = "champion", reason: str = "") -> dict[str, str]:
