@@ -260,7 +260,7 @@ class Enclave:
         future = self._spawner.submit(
             self.sandbox.serve, argv, mounts=[Mount(INSIDE_DIR, INSIDE_TARGET)], cwd="/tmp",
             env=env, limits=server_limits(self.limits), **self._serve_kwargs,
-            **({"task_env": task_env} if task_env is not None else {}),
+            task_env=task_env,
         )
         return future.result()
 
