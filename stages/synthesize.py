@@ -1,4 +1,5 @@
-"""Stage `synthesize`: seed families -> bug-injected, curated synthetic tasks (SPEC §2).
+"""Stage `synthesize`: seed families and the real-library corpus -> bug-injected, curated
+synthetic tasks (SPEC §2).
 
 Outputs: the tasks Parquet (rows sorted by task id: same seed + inputs -> byte-identical
 file), its rejection log beside it (every refused candidate with its reason), the yield
@@ -19,13 +20,15 @@ from rlvr.artifacts.contracts import check as check_contract
 from rlvr.artifacts.io import write_text
 from rlvr.artifacts.plots import heatmap_png
 from rlvr.config import load_section
-from rlvr.errors import exit_on_error
+from rlvr.errors import ConfigError, exit_on_error
 from rlvr.sandbox.params import SandboxParams
+from rlvr.tasks.corpus import DEFAULT_CACHE, DEFAULT_LOCK, load_lock
 from rlvr.tasks.curation import CurationParams
 from rlvr.tasks.model import content_hash
 from rlvr.tasks.pool import load_tasks, rejections_path, save_pool
 from rlvr.tasks.splits import SplitParams
 from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
+from rlvr.tasks.synth.corpus_families import corpus_families
 from rlvr.tasks.synth.seeds import discover
 from rlvr.tracking.stage import stage_run
 from stages.common import parser, progress
@@ -58,11 +61,22 @@ def known_tasks(paths: list[Path]) -> dict[str, str]:
     return known
 
 
-def run_synthesis(seeds: Path, params: StageParams, known: dict[str, str] | None = None) -> SynthResult:
+def run_synthesis(seeds: Path, params: StageParams, known: dict[str, str] | None = None,
+                  corpus: Path | None = None, corpus_cache: Path | None = None) -> SynthResult:
     from rlvr.enclave import Enclave
     from rlvr.sandbox import get_sandbox
 
     families, skipped = discover(seeds, params.synth.families)
+    real, real_skipped = corpus_families(load_lock(corpus or DEFAULT_LOCK),
+                                         corpus_cache or DEFAULT_CACHE,
+                                         params.synth.corpus.libraries) \
+        if params.synth.corpus.libraries else ([], {})
+    clash = sorted({f.name for f in real} & {f.name for f in families})
+    if clash:
+        raise ConfigError(f"synthesize.corpus.libraries: '{clash[0]}' is also a seed family "
+                          f"under {seeds}")
+    families, skipped = families + real, {**skipped, **real_skipped}
+    budgets = {f.name: params.synth.for_corpus() for f in real}
     sandbox = get_sandbox(params.sandbox.backend)
     bars: dict = {}
 
@@ -78,7 +92,7 @@ def run_synthesis(seeds: Path, params: StageParams, known: dict[str, str] | None
         try:
             return Synthesizer(params.synth, params.curation, enclave, sandbox,
                                workers=params.sandbox.workers, progress=tick,
-                               known=known).run(families, skipped)
+                               known=known, family_params=budgets).run(families, skipped)
         finally:
             for bar in bars.values():
                 bar.close()
@@ -113,6 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--metrics", type=Path, default=Path("metrics/synthesize.json"))
     p.add_argument("--plots", type=Path, default=Path("plots/synthesize_yield.csv"))
     p.add_argument("--png", type=Path, default=None, help="the yield table as a PNG heatmap")
+    p.add_argument("--corpus", type=Path, default=None,
+                   help="the real-library lock (default data/real/corpus.toml); which of its "
+                        "libraries are used is params synthesize.corpus.libraries")
+    p.add_argument("--corpus-cache", type=Path, default=None,
+                   help="where scripts/fetch_corpus.py unpacked it (default data/real/.cache)")
     p.add_argument("--known", type=Path, action="append", default=[],
                    help="a tasks Parquet already in the pool (repeatable): duplicates of its "
                         "tasks are rejected")
@@ -120,12 +139,15 @@ def main(argv: list[str] | None = None) -> None:
     params = load_params(args.params)
     known = known_tasks(args.known)
     inputs = {"seeds": args.seeds, **{f"known{i}": path for i, path in enumerate(args.known)}}
+    if params.synth.corpus.libraries:
+        inputs.update(corpus=args.corpus or DEFAULT_LOCK,
+                      corpus_src=(args.corpus_cache or DEFAULT_CACHE) / "src")
     outputs = {"tasks": args.out, "rejections": rejections_path(args.out), "plots": args.plots,
                "png": args.png}
     with stage_run("synthesize", params, sections=("synthesize", "curate", "split", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
                    metrics_path=args.metrics) as run:
-        result = run_synthesis(args.seeds, params, known)
+        result = run_synthesis(args.seeds, params, known, args.corpus, args.corpus_cache)
         write_outputs(result, args.out, args.plots, args.png)
         run.log_metrics(result.stats())
         run.log_artifact(args.metrics)

@@ -49,6 +49,7 @@ from taskkit import FIXED_CORE, HIDDEN_TEST, write_task
 from test_operators import write_family
 
 ROOT = Path(__file__).resolve().parents[1]
+CORPUS_LOCK = "data/real/corpus.toml"
 DAG = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 SEED = 11        # the kill times (per stage: SEED + its index in dvc.yaml)
 LOW, HIGH = 0.1, 0.9
@@ -77,6 +78,7 @@ def tiny_params() -> dict:
                                     "code_chunk_tokens": 64})
     p["synthesize"].update({"operators": ["comparison_flip", "wrong_return"], "per_operator": 2,
                             "combined": 0})
+    p["synthesize"]["corpus"]["libraries"] = []
     p["rollout"].update({"workers": 1, "groups_per_wave": 2})
     # the scripted teacher needs room for its demonstrations; the tiny policy (grpo, which
     # shares this section) stops at its second unparsable turn
@@ -105,7 +107,29 @@ def build_project(root: Path) -> None:
     write_task(root / "data/tasks", "mini2-double", family="mini2", buggy=BUGGY2, fixed=FIXED2,
                hidden={"test_hidden.py": HIDDEN2}, instruction=INSTRUCTION2)
     write_family(root / "data/seed_repos", "minikit", package="minikit")
+    write_corpus(root)
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
+
+
+def write_corpus(root: Path, name: str = "inflection") -> None:
+    """A lock with one small library of the real corpus, its sdist already in the download
+    cache (make test fetched it; else the stage downloads it): the `corpus` stage verifies
+    and unpacks it."""
+    import tomllib
+
+    lib = next(entry for entry in tomllib.loads((ROOT / CORPUS_LOCK).read_text())["library"]
+               if entry["name"] == name)
+    sdist = lib["sdist"]
+    text = (f'format = 1\n\n[[library]]\nname = "{name}"\nversion = "{lib["version"]}"\n'
+            f'licence = "{lib["licence"]}"\nlicence_files = {json.dumps(lib["licence_files"])}\n'
+            f'tests = {json.dumps(lib["tests"])}\nlayout = "{lib["layout"]}"\ndependencies = []\n'
+            f'sdist = {{ url = "{sdist["url"]}", sha256 = "{sdist["sha256"]}" }}\n')
+    (root / CORPUS_LOCK).parent.mkdir(parents=True, exist_ok=True)
+    (root / CORPUS_LOCK).write_text(text)
+    cached = ROOT / "data/real/.cache/sdists" / sdist["url"].rsplit("/", 1)[-1]
+    if cached.is_file():
+        (root / "data/real/.cache/sdists").mkdir(parents=True, exist_ok=True)
+        shutil.copy(cached, root / "data/real/.cache/sdists" / cached.name)
 
 
 @dataclass(frozen=True)
@@ -404,7 +428,7 @@ def test_a_killed_writers_leftovers_are_swept_by_the_next_write(tmp_path):
 
 
 def test_replace_dir_swaps_in_one_step_and_keeps_nothing_beside(tmp_path):
-    from rlvr.engines.local_policy import exchange_paths, replace_dir
+    from rlvr.artifacts.io import exchange_paths, replace_dir
 
     dest, new = tmp_path / "policy", tmp_path / ".policy.new"
     dest.mkdir()

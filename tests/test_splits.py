@@ -68,7 +68,7 @@ def test_params_yaml_split_section_parses():
 
 
 # ---- assign_split over real provenance shapes ---------------------------------------------------
-FAMILY = types.SimpleNamespace(content_hash="c0ffee")
+FAMILY = types.SimpleNamespace(content_hash="c0ffee", not_passing_on_seed=(), dropped_modules=())
 
 
 def _fn(params: SplitParams, held: bool, family: str = "fam") -> str:

@@ -60,6 +60,48 @@ def temp_dir_beside(path: Path | str) -> Path:
     sweep_leftovers(path)
     return Path(tempfile.mkdtemp(prefix=temp_prefix(path), dir=path.parent))
 
+def replace_dir(new: Path, dest: Path) -> None:
+    """Move the finished directory `new` onto `dest`, replacing it. Permissions are
+    normalised first (temp dirs and files are created owner-only). Where the kernel can
+    (Linux `renameat2(RENAME_EXCHANGE)`) the two trade places in one atomic step, so a kill
+    at any moment leaves either the old or the new directory at `dest`; elsewhere two renames,
+    whose window leaves the old one beside `dest` under its writer's pid (swept later)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [new, *new.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+    if dest.exists() and exchange_paths(new, dest):
+        shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old directory
+        return
+    old = None
+    if dest.exists():
+        old = dest.with_name(f"{temp_prefix(dest)}old")
+        os.replace(dest, old)
+    os.replace(new, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Atomically swap two existing paths (Linux renameat2 RENAME_EXCHANGE); False where the
+    system or file system does not offer it."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 

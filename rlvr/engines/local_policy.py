@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The special tokens get the fixed ids 0..4, in SPECIAL_TOKENS order.
 from rlvr.chat_format import (EOS, IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL,  # noqa: E402
                               TOOL_CALL_END)
-from rlvr.artifacts.io import temp_dir_beside, temp_prefix  # noqa: E402
+from rlvr.artifacts.io import replace_dir, temp_dir_beside  # noqa: E402
 from rlvr.engines.model_dir import ModelDirError  # noqa: E402
 
 # ChatML-like: <|im_start|>{role}\n{content}<|im_end|>\n ... ; the generation prompt opens an
@@ -374,48 +374,6 @@ def build_local_policy(out_dir: Path | str, corpus_texts: Sequence[str], *, seed
         if tmp.exists():
             shutil.rmtree(tmp)
     return report
-
-
-def replace_dir(new: Path, dest: Path) -> None:
-    """Move the finished directory `new` onto `dest`, replacing it. Permissions are
-    normalised first (temp dirs and files are created owner-only). Where the kernel can
-    (Linux `renameat2(RENAME_EXCHANGE)`) the two trade places in one atomic step, so a kill
-    at any moment leaves either the old or the new directory at `dest`; elsewhere two renames,
-    whose window leaves the old one beside `dest` under its writer's pid (swept later)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in [new, *new.rglob("*")]:
-        if not path.is_symlink():
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
-    if dest.exists() and exchange_paths(new, dest):
-        shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old directory
-        return
-    old = None
-    if dest.exists():
-        old = dest.with_name(f"{temp_prefix(dest)}old")
-        os.replace(dest, old)
-    os.replace(new, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def exchange_paths(a: Path, b: Path) -> bool:
-    """Atomically swap two existing paths (Linux renameat2 RENAME_EXCHANGE); False where the
-    system or file system does not offer it."""
-    import ctypes
-    import errno
-
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
 
 
 def dir_digest(model_dir: Path | str) -> dict[str, str]:

@@ -181,7 +181,7 @@ def write_report(md_path: Path | str, gate: Mapping[str, Any], *,
                  cost: Mapping[str, Any] | None = None) -> None:
     """The Markdown report at `md_path` and its PNGs (default: `<md stem>_plots/` beside
     it), linked relative to the report."""
-    from rlvr.engines.local_policy import replace_dir
+    from rlvr.artifacts.io import replace_dir
 
     md_path = Path(md_path)
     plots_dir = Path(plots_dir) if plots_dir else md_path.with_name(f"{md_path.stem}_plots")

@@ -22,7 +22,8 @@ distribution of the runner layer to another version (its pytest would not be the
 runner was written against): that is a ConfigError naming the pin.
 
 Caches live under `RLVR_ENV_CACHE` (default ~/.cache/rlvr/envs); the wheelhouse is
-`RLVR_WHEELHOUSE` (default ~/.cache/rlvr/wheelhouse; scripts/fetch_corpus.py fills it).
+`RLVR_WHEELHOUSE` (default: the checkout's data/real/.cache/wheelhouse, which
+scripts/fetch_corpus.py fills, when present; else ~/.cache/rlvr/wheelhouse).
 Builds are atomic (a temp dir renamed into place), so concurrent builders agree.
 """
 from __future__ import annotations
@@ -58,8 +59,19 @@ def cache_root() -> Path:
     return Path(os.environ.get("RLVR_ENV_CACHE") or Path.home() / ".cache" / "rlvr" / "envs")
 
 
+# The wheels scripts/fetch_corpus.py fetched for the real-library corpus (data/real/corpus.toml):
+# the pipeline's default wheelhouse when this is a checkout that has them.
+CORPUS_WHEELHOUSE = Path(__file__).resolve().parents[2] / "data" / "real" / ".cache" / "wheelhouse"
+
+
 def wheelhouse_dir() -> Path:
-    return Path(os.environ.get("RLVR_WHEELHOUSE") or Path.home() / ".cache" / "rlvr" / "wheelhouse")
+    """$RLVR_WHEELHOUSE, else the checkout's corpus wheelhouse when fetched, else
+    ~/.cache/rlvr/wheelhouse."""
+    if os.environ.get("RLVR_WHEELHOUSE"):
+        return Path(os.environ["RLVR_WHEELHOUSE"])
+    if CORPUS_WHEELHOUSE.is_dir():
+        return CORPUS_WHEELHOUSE
+    return Path.home() / ".cache" / "rlvr" / "wheelhouse"
 
 
 def canonical_name(name: str) -> str:

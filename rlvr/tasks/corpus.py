@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from rlvr.artifacts.io import replace_dir, temp_dir_beside
 from rlvr.errors import RlvrError
+from rlvr.sandbox.envs import canonical_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,10 +149,6 @@ def load_lock(path: Path | str = DEFAULT_LOCK) -> Lock:
     return Lock(tuple(libraries), tuple(wheels))
 
 
-def canonical_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def sha256_of(path: Path) -> str:
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
@@ -187,7 +185,7 @@ def ensure_file(artifact: Artifact, directory: Path, *, offline: bool = False,
 
 def unpack_sdist(lib: Library, archive: Path, src_root: Path) -> Path:
     """Unpack `archive` to src_root/<name>-<version> (fresh) and check its licence files and
-    test paths exist. tarfile's "data" filter refuses absolute paths, `..`, links out of the
+    test paths exist (`fetch` gives it the tree it builds before swapping it in). tarfile's "data" filter refuses absolute paths, `..`, links out of the
     tree and device files."""
     if sha256_of(archive) != lib.sdist.sha256:
         raise HashMismatch(f"{archive}: sha256 does not match the pinned {lib.sdist.sha256}")
@@ -235,11 +233,22 @@ def fetch(lock: Lock, cache: Path | str = DEFAULT_CACHE, *, only: str | None = N
     for wheel in lock.wheels:
         if only is None or f"{canonical_name(wheel.name)}=={wheel.version}" in needed:
             ensure_file(wheel.artifact, cache / "wheelhouse", offline=offline, download=download)
-    out = {}
-    for lib in libraries:
-        archive = ensure_file(lib.sdist, cache / "sdists", offline=offline, download=download)
-        out[lib.name] = unpack_sdist(lib, archive, cache / "src")
-    return out
+    archives = [ensure_file(lib.sdist, cache / "sdists", offline=offline, download=download)
+                for lib in libraries]
+    # `src` is built whole beside itself and swapped in: a fetch killed at any point leaves
+    # the previous tree (or none), never a half-unpacked one; the next fetch sweeps the rest.
+    src = cache / "src"
+    tmp = temp_dir_beside(src)
+    try:
+        if only is not None and src.is_dir():
+            shutil.copytree(src, tmp, symlinks=True, dirs_exist_ok=True)
+        for lib, archive in zip(libraries, archives):
+            unpack_sdist(lib, archive, tmp)
+        replace_dir(tmp, src)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {lib.name: source_dir(lib, cache) for lib in libraries}
 
 
 def source_dir(lib: Library, cache: Path | str = DEFAULT_CACHE) -> Path:

@@ -200,6 +200,20 @@ def _flags(runs) -> tuple[str, ...]:
     return tuple(seen)
 
 
+NOT_PASSING_ON_SEED = ("did not pass on the seed state, before any bug (skipped, or the "
+                       "environment lacks what it needs)")
+
+
+def not_passing_on_seed(task: Task) -> frozenset[str]:
+    """Hidden tests a synthetic task's provenance records as not passing on its seed state
+    (a real library's suite has them: tests skipped without an optional dependency, tests
+    that spawn its CLI or read installed metadata or data files a snapshot leaves out). They
+    are quarantined, never graded, instead of failing every candidate as `reference_fails`
+    -- SWE-bench likewise grades only its FAIL_TO_PASS / PASS_TO_PASS lists. Hand-authored
+    tasks record none: there a reference that does not pass is a broken task."""
+    return frozenset((task.provenance or {}).get("not_passing_on_seed") or ())
+
+
 def hidden_test_modules(task: Task) -> list[str]:
     """The hidden files pytest collects as test modules (test_*.py / *_test.py)."""
     return sorted(p for p in task.hidden_tests if p.endswith(".py") and (
@@ -250,7 +264,8 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
     test_ids = sorted(set().union(*(r.outcomes for r in ref_runs)))
     _check_modules_collected(task, fixed, enclave, test_ids, _flags(ref_runs))
     recs = flaky.records([r.outcomes for r in ref_runs], test_ids)
-    deterministic = [r.test_id for r in recs if r.passes == 0]
+    not_passing = not_passing_on_seed(task)
+    deterministic = [r.test_id for r in recs if r.passes == 0 and r.test_id not in not_passing]
     if deterministic:
         raise _Reject("reference_fails",
                       f"{len(deterministic)} hidden test(s) fail in every one of {n_min} runs "
@@ -263,16 +278,17 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
         raise _Reject("no_pass_to_pass", f"the buggy state's run ended with status "
                                          f"{pristine.status}: no per-test outcomes to grade",
                       flags=pristine.safety_flags, error=pristine.detail)
-    _split_tests(recs, pristine, params)
+    _split_tests(recs, pristine, params, not_passing)
 
     # Rule 4, phase 2: only a candidate the cheap rules kept pays for the remaining runs,
     # and only its graded tests run (a test that already disagreed is quarantined).
-    graded = [r.test_id for r in recs if not r.flaky]
+    graded = [r.test_id for r in recs if not r.flaky and r.test_id not in not_passing]
     more = [cache.run(enclave, task, fixed, seed=s, tests=graded) for s in seeds[n_min:n_total]]
     if more:
         _check_run_statuses(ref_runs + more, "fixed state")
         recs = flaky.merge(recs, [r.outcomes for r in more], graded)
-    fail_to_pass, pass_to_pass, quarantined = _split_tests(recs, pristine, params)
+    fail_to_pass, pass_to_pass, quarantined = _split_tests(recs, pristine, params,
+                                                             not_passing)
     curated = task.with_(fail_to_pass=tuple(fail_to_pass), pass_to_pass=tuple(pass_to_pass),
                          quarantined=tuple(quarantined))
 
@@ -309,7 +325,8 @@ def _curate(task: Task, enclave, params: CurationParams, cache: OutcomeCache,
                           "test is flaky, none could be named", flags=verdict.safety_flags,
                           error=verdict.detail)
         recs = flaky.merge(recs, [r.outcomes for r in replays], failing)
-        fail_to_pass, pass_to_pass, quarantined = _split_tests(recs, pristine, params)
+        fail_to_pass, pass_to_pass, quarantined = _split_tests(recs, pristine, params,
+                                                             not_passing)
         curated = curated.with_(fail_to_pass=tuple(fail_to_pass),
                                 pass_to_pass=tuple(pass_to_pass),
                                 quarantined=tuple(quarantined))
@@ -380,9 +397,13 @@ def _check_modules_collected(task: Task, fixed: dict[str, str], enclave,
                   tests=empty, flags=flags, error=error)
 
 
-def _split_tests(recs: Sequence[flaky.TestRecord], pristine, params: CurationParams):
+def _split_tests(recs: Sequence[flaky.TestRecord], pristine, params: CurationParams,
+                 not_passing: frozenset[str] = frozenset()):
     """FAIL_TO_PASS / PASS_TO_PASS / quarantine from the fixed-state records and the buggy
-    run, or the rejection they imply (rules 1, 4, 5; `flaky_suite`)."""
+    run, or the rejection they imply (rules 1, 4, 5; `flaky_suite`). Tests in
+    `not_passing` are quarantined as such and grade nothing."""
+    known = [(r.test_id, NOT_PASSING_ON_SEED) for r in recs if r.test_id in not_passing]
+    recs = [r for r in recs if r.test_id not in not_passing]
     quarantined = [(r.test_id, r.describe()) for r in recs if r.flaky]
     q_ids = [t for t, _ in quarantined]
     if q_ids and len(q_ids) > params.max_flaky_share * len(recs):
@@ -405,7 +426,7 @@ def _split_tests(recs: Sequence[flaky.TestRecord], pristine, params: CurationPar
         raise _Reject("no_pass_to_pass", "no hidden test passes on both the buggy and the "
                                          "fixed state", tests=fail_to_pass,
                       flags=pristine.safety_flags)
-    return fail_to_pass, pass_to_pass, quarantined
+    return fail_to_pass, pass_to_pass, quarantined + known
 
 
 def _check_public_tests(task: Task, enclave, cache: OutcomeCache) -> None:

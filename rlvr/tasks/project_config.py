@@ -173,10 +173,15 @@ def for_task(task) -> ProjectConfig:
     """`read_project_config` of a task's buggy snapshot, with the plugins its sandbox really
     has: the runner layer's distributions and the task's declared dependencies
     (rlvr.sandbox.envs). The one reading both the agent's run_tests and the enclave use."""
+    return for_files(task.repo_files, task.dependencies)
+
+
+def for_files(files: Mapping[str, str], dependencies: Iterable[str] = ()) -> ProjectConfig:
+    """`for_task` of a snapshot that is not a task yet (synthesis probes a draft's repo)."""
     from rlvr.sandbox.envs import runner_versions
 
-    plugins = [*runner_versions(), *(pin.split("==", 1)[0] for pin in task.dependencies)]
-    return read_project_config(task.repo_files, plugins=plugins)
+    plugins = [*runner_versions(), *(pin.split("==", 1)[0] for pin in dependencies)]
+    return read_project_config(files, plugins=plugins)
 
 
 def run_tests_args(task) -> list[str]:

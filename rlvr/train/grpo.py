@@ -869,7 +869,7 @@ def write_policy(out_dir: Path | str, model, policy, base_dir: Path, card_: dict
     """Weights + tokenizer + `training.json` + README (and `extra` files: a tensor state
     goes through torch.save, a string is written as text) to a temp dir, renamed into
     place."""
-    from rlvr.engines.local_policy import replace_dir
+    from rlvr.artifacts.io import replace_dir
 
     out_dir = Path(out_dir)
     tmp = temp_dir_beside(out_dir)

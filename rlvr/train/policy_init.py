@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Collection, Literal, Sequence
 
-from rlvr.artifacts.io import temp_dir_beside
+from rlvr.artifacts.io import replace_dir, temp_dir_beside
 from rlvr.engines.local_policy import (SPECIAL_TOKENS, BuildReport, PolicySize,
-                                       build_local_policy, policy_corpus, replace_dir)
+                                       build_local_policy, policy_corpus)
 from rlvr.engines.model_dir import (ModelDirError, count_parameters, load_tokenizer,
                                     weights_fingerprint)
 from rlvr.train.pretrain import PretrainParams, pretrain_policy, training_code

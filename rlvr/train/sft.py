@@ -503,7 +503,7 @@ def _write_model(model, policy, base_dir, train_rows, val_rows, p: SFTParams,
     """Save (merged) weights + tokenizer + card to a temp dir beside out_dir, then rename it
     into place. Returns the in-memory model that was saved (eval mode)."""
     from rlvr.artifacts.io import temp_dir_beside
-    from rlvr.engines.local_policy import replace_dir
+    from rlvr.artifacts.io import replace_dir
 
     out_dir, base_dir = Path(result.out_dir), Path(base_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

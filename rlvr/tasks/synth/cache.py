@@ -49,7 +49,7 @@ class FamilyOutcomeCache(OutcomeCache):
         source = {p: c for p, c in state.items() if p not in public}
         # Two workers asking for the same state at once (sibling tasks of one function):
         # the second waits for the first's run instead of repeating it.
-        key = (task.family, files_hash(source), seed, shuffle)
+        key = (task.family, entry[1], files_hash(source), seed, shuffle)
         with self._locks_guard:
             lock = self._key_locks.setdefault(key, threading.Lock())
         with lock:

@@ -61,6 +61,11 @@ class Candidate:
 
     def provenance(self, family: SeedFamily, seed: int) -> dict:
         first = self.parts[0]
+        extra = {}
+        if family.not_passing_on_seed:  # curation quarantines these
+            extra["not_passing_on_seed"] = list(family.not_passing_on_seed)
+        if family.dropped_modules:
+            extra["dropped_hidden_modules"] = list(family.dropped_modules)
         return {
             "generator": GENERATOR,
             "family": self.family,
@@ -70,6 +75,7 @@ class Candidate:
             "params": self.params,
             "seed": seed,
             "seed_repo_hash": family.content_hash,
+            **extra,
         }
 
     def task_id(self, family: SeedFamily) -> str:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.sandbox import Limits, Mount
+from rlvr.sandbox import Limits, Mount, envs
 
 DRIVER = Path(__file__).with_name("probe_driver.py")
 PROBE_ROOT = "/probe"  # mount point of the scratch dir inside the sandbox
@@ -43,6 +43,10 @@ class ProbeJob:
     key: str
     repo_files: dict[str, str]
     tests: tuple[str, ...]    # public node ids, e.g. tests/test_x.py::test_y
+    # What the agent's run_tests would add (rlvr.tasks.project_config.pytest_overrides) and
+    # the pins of the task's environment layer: a probe sees the run the agent will see.
+    pytest_args: tuple[str, ...] = ()
+    dependencies: tuple[str, ...] = ()
 
 
 def probe(sandbox, jobs: list[ProbeJob], *, workers: int = 1, timeout_s: float = 10.0
@@ -54,16 +58,23 @@ def probe(sandbox, jobs: list[ProbeJob], *, workers: int = 1, timeout_s: float =
     """
     if not jobs:
         return {}
-    chunks = [jobs[i::max(1, workers)] for i in range(max(1, workers))]
-    chunks = [c for c in chunks if c]
+    by_env: dict[tuple[str, ...], list[ProbeJob]] = {}
+    for job in jobs:  # one sandboxed interpreter sees one environment layer
+        by_env.setdefault(job.dependencies, []).append(job)
+    chunks = []
+    for deps, group in sorted(by_env.items()):
+        env_dir = envs.task_env(deps) if deps else None
+        parts = [group[i::max(1, workers)] for i in range(max(1, workers))]
+        chunks += [(env_dir, c) for c in parts if c]
     results: dict[str, dict[str, Failure]] = {}
-    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
-        for part in pool.map(lambda c: _probe_chunk(sandbox, c, timeout_s), chunks):
+    with ThreadPoolExecutor(max_workers=min(len(chunks), max(1, workers))) as pool:
+        for part in pool.map(lambda c: _probe_chunk(sandbox, c[1], timeout_s, c[0]), chunks):
             results.update(part)
     return {job.key: results.get(job.key, {}) for job in jobs}
 
 
-def _probe_chunk(sandbox, jobs: list[ProbeJob], timeout_s: float) -> dict[str, dict[str, Failure]]:
+def _probe_chunk(sandbox, jobs: list[ProbeJob], timeout_s: float,
+                 task_env: Path | None = None) -> dict[str, dict[str, Failure]]:
     tmp = Path(tempfile.mkdtemp(prefix="rlvr-probe-"))
     try:
         specs = []
@@ -74,7 +85,7 @@ def _probe_chunk(sandbox, jobs: list[ProbeJob], timeout_s: float) -> dict[str, d
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content)
             specs.append({"dir": f"{PROBE_ROOT}/j{i}", "tests": list(job.tests),
-                          "timeout": max(1, int(timeout_s))})
+                          "args": list(job.pytest_args), "timeout": max(1, int(timeout_s))})
         (tmp / "jobs.json").write_text(json.dumps(specs))
         shutil.copy(DRIVER, tmp / "probe_driver.py")
         limits = Limits(wall_seconds=timeout_s * len(jobs) + 30,
@@ -86,7 +97,7 @@ def _probe_chunk(sandbox, jobs: list[ProbeJob], timeout_s: float) -> dict[str, d
                              env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                                   "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-                             limits=limits)
+                             limits=limits, task_env=task_env)
         out: dict[str, dict[str, Failure]] = {}
         for i, job in enumerate(jobs):
             path = tmp / f"j{i}" / ".probe.json"

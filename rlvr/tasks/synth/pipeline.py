@@ -18,6 +18,7 @@ Nothing is dropped silently: every candidate ends as an accepted task or a `Reje
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -30,6 +31,7 @@ from rlvr.errors import ConfigError
 from rlvr.tasks.curation import CurationParams, OutcomeCache, Rejection, curate, leaked_lines
 from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import make_patch
+from rlvr.tasks.project_config import for_files
 from rlvr.tasks.synth.cache import FamilyOutcomeCache
 from rlvr.tasks.synth.candidates import Candidate, combined_candidates, sibling_keys, \
     single_candidates
@@ -48,6 +50,22 @@ class PublicParams:
 
 
 @dataclass(frozen=True)
+class CorpusParams:
+    """`synthesize.corpus`: bug injection into the real libraries of data/real/corpus.toml
+    (rlvr.tasks.synth.corpus_families), each its own family. Their suites are larger than a
+    seed family's, hence their own, smaller budget."""
+
+    libraries: list[str] = field(default_factory=list)  # by lock name; empty: none
+    per_operator: int = 2      # sampled single-bug candidates per (library, operator)
+    combined: int = 2          # two-bug candidates per library
+
+    def __post_init__(self) -> None:
+        for key in ("per_operator", "combined"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"synthesize.corpus.{key}: must be >= 0")
+
+
+@dataclass(frozen=True)
 class SynthParams:
     """The `synthesize:` section of params.yaml."""
 
@@ -57,6 +75,7 @@ class SynthParams:
     per_operator: int = 30     # sampled single-bug candidates per (family, operator)
     combined: int = 20         # two-bug candidates per family (from proven single bugs)
     public: PublicParams = field(default_factory=PublicParams)
+    corpus: CorpusParams = field(default_factory=CorpusParams)
     probe_timeout_s: float = 10.0
     # Wall-clock limit of one suite run: a mutant that loops forever must not cost the
     # sandbox's general limit each time (the seed suites run in about a second).
@@ -85,6 +104,11 @@ class SynthParams:
     @property
     def operator_names(self) -> tuple[str, ...]:
         return tuple(self.operators) if self.operators else SINGLE_OPERATORS
+
+    def for_corpus(self) -> "SynthParams":
+        """These params with the corpus budget in place of the seed families' one."""
+        return dataclasses.replace(self, per_operator=self.corpus.per_operator,
+                                   combined=self.corpus.combined)
 
 
 @dataclass
@@ -130,7 +154,29 @@ def base_task(family: SeedFamily) -> Task:
     """The seed state as a task: what every suite run of the family is made against."""
     return Task(task_id=f"seed-{family.name}", family=family.name, instruction="seed state",
                 repo_files=dict(family.repo_files), public_tests=(),
-                hidden_tests=dict(family.tests), reference_patch="", source=SOURCE)
+                hidden_tests=dict(family.tests), reference_patch="", source=SOURCE,
+                dependencies=family.dependencies)
+
+
+def graded_family(family: SeedFamily, outcomes: Mapping[str, str]) -> SeedFamily:
+    """`family` as its seed run can grade it: hidden test modules that collected nothing
+    there (they cannot be imported in this environment) leave the suite, their text
+    unchanged; tests that did not pass there (failed, errored, skipped) are recorded
+    (`not_passing_on_seed`: curation quarantines them, rlvr.tasks.curation.not_passing_on_seed).
+    A family whose suite all passes (every seed family here) comes back as it is."""
+    collected = {t.split("::", 1)[0] for t in outcomes}
+    dead = [m for m in family.tests if _is_test_module(m) and m not in collected]
+    failing = tuple(sorted(t for t, o in outcomes.items() if o != "passed"))
+    if not dead and not failing:
+        return family
+    tests = {p: c for p, c in family.tests.items() if p not in dead}
+    return dataclasses.replace(family, tests=tests, not_passing_on_seed=failing,
+                               dropped_modules=tuple(sorted(dead)))
+
+
+def _is_test_module(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def _parallel(fn, items, workers: int):
@@ -164,8 +210,11 @@ class Synthesizer:
     def __init__(self, params: SynthParams, curation: CurationParams, enclave, sandbox, *,
                  workers: int = 1, cache: OutcomeCache | None = None,
                  progress: Callable[[str, int], None] | None = None,
-                 known: Mapping[str, str] | None = None):
+                 known: Mapping[str, str] | None = None,
+                 family_params: Mapping[str, SynthParams] | None = None):
         self.params = params
+        # per-family budgets (the corpus libraries': SynthParams.for_corpus)
+        self.family_params = dict(family_params or {})
         # content hash -> id of tasks already in the pool (hand-authored ones): a candidate
         # with the same normalised content is a duplicate, like two equal candidates.
         self.known = dict(known or {})
@@ -193,13 +242,18 @@ class Synthesizer:
 
     def seed_outcomes(self, family: SeedFamily) -> set[str] | str:
         """Tests passing on the seed state, or the reason the family cannot be used."""
+        run = self.seed_run(family)
+        return run if isinstance(run, str) else {t for t, o in run.outcomes.items()
+                                                 if o == "passed"}
+
+    def seed_run(self, family: SeedFamily):
+        """The seed state's full suite run, or the reason the family cannot be used."""
         run = self._run(base_task(family), family.repo_files)
         if run.status != "ok":
             return f"the seed state's suite run ended with status {run.status}"
-        passing = {t for t, o in run.outcomes.items() if o == "passed"}
-        if not passing:
+        if not any(o == "passed" for o in run.outcomes.values()):
             return "no test passes on the seed state"
-        return passing
+        return run
 
     def evaluate(self, family: SeedFamily, candidates: Sequence[Candidate],
                  passing: set[str], seen_states: dict[str, str]) -> list[Evaluated]:
@@ -234,8 +288,7 @@ class Synthesizer:
     def build(self, family: SeedFamily, evs: Sequence[Evaluated]) -> tuple[
             list[Task], dict[str, dict[str, str]]]:
         """Tasks (before curation) for the proven candidates + their fixed states."""
-        p = self.params
-        package = sorted({m.split("/", 1)[0] for m in family.modules})[0]
+        p = self.family_params.get(family.name, self.params)
         drafts = []
         for ev in evs:
             rng = random.Random(f"{p.seed}:{ev.task_id}:public")
@@ -247,7 +300,9 @@ class Synthesizer:
             fixed = {**family.repo_files, **public_files}
             failing_public = [mapping[t] for t in selected if t in set(ev.fail_to_pass)]
             drafts.append((ev, repo, fixed, public_files, failing_public))
-        jobs = [ProbeJob(ev.task_id, repo, tuple(failing)) for ev, repo, _, _, failing in drafts]
+        overrides = tuple(for_files(family.repo_files, family.dependencies).pytest_overrides())
+        jobs = [ProbeJob(ev.task_id, repo, tuple(failing), overrides, family.dependencies)
+                for ev, repo, _, _, failing in drafts]
         failures = probe(self.sandbox, jobs, workers=self.workers,
                          timeout_s=p.probe_timeout_s)
         self.progress("probes", len(jobs))
@@ -261,14 +316,14 @@ class Synthesizer:
                 with self._lock:
                     self.probe_unobserved += 1
             reference = make_patch(repo, fixed)
-            instruction = write_instruction(package, list(failures[ev.task_id].values()),
+            instruction = write_instruction(family.package, list(failures[ev.task_id].values()),
                                             failing, reference, leak_check=leak)
             provenance = ev.candidate.provenance(family, p.seed)
             tasks.append(Task(
                 task_id=ev.task_id, family=family.name, instruction=instruction,
                 repo_files=repo, public_tests=tuple(sorted(public_files)),
                 hidden_tests=dict(family.tests), reference_patch=reference, source=SOURCE,
-                provenance=provenance,
+                provenance=provenance, dependencies=family.dependencies,
             ))
             fixed_states[ev.task_id] = fixed
         return tasks, fixed_states
@@ -276,13 +331,18 @@ class Synthesizer:
     # ---- the whole thing -------------------------------------------------------------------
     def prepare(self, family: SeedFamily) -> "_Prepared":
         """One family up to curation: seed run, candidates, suite runs, task drafts."""
-        p = self.params
+        p = self.family_params.get(family.name, self.params)
         t0 = time.perf_counter()
         if isinstance(self.cache, FamilyOutcomeCache):
             self.cache.register(base_task(family))
-        passing = self.seed_outcomes(family)
-        if isinstance(passing, str):
-            return _Prepared(family.name, skipped=passing)
+        seed_run = self.seed_run(family)
+        if isinstance(seed_run, str):
+            return _Prepared(family.name, skipped=seed_run)
+        graded = graded_family(family, seed_run.outcomes)
+        if graded is not family and isinstance(self.cache, FamilyOutcomeCache):
+            self.cache.register(base_task(graded))
+        family = graded
+        passing = {t for t, o in seed_run.outcomes.items() if o == "passed"}
         seen: dict[str, str] = {}
         prefer = sibling_keys(family, limit=self.curation.max_mutants, seed=self.curation.seed)
         singles = single_candidates(family, per_operator=p.per_operator, seed=p.seed,

@@ -51,7 +51,8 @@ def _run_job(job):
 
     collect = _Collect()
     code = pytest.main(["-q", "-vv", "-p", "no:cacheprovider", "--tb=short",
-                        "--rootdir", job["dir"], *job["tests"]], plugins=[collect])
+                        "--rootdir", job["dir"], *job.get("args", ()), *job["tests"]],
+                       plugins=[collect])
     with open(os.path.join(job["dir"], ".probe.json"), "w") as fh:
         json.dump({"exit_code": int(code), "failures": collect.failures}, fh)
 

@@ -26,6 +26,13 @@ class SeedFamily:
     name: str
     repo_files: dict[str, str]      # everything outside tests/, paths relative to the family
     tests: dict[str, str]           # tests/* relative to tests/ (the hidden root)
+    # Exact pins the family's code and suite import (a real library's test dependencies,
+    # rlvr.tasks.synth.corpus_families); every task built from it carries them.
+    dependencies: tuple[str, ...] = ()
+    # From the seed state's own suite run (synth.pipeline.graded_family): hidden tests that
+    # did not pass there before any bug, and hidden modules left out: they collected nothing.
+    not_passing_on_seed: tuple[str, ...] = ()
+    dropped_modules: tuple[str, ...] = ()
 
     @property
     def modules(self) -> list[str]:
@@ -33,9 +40,19 @@ class SeedFamily:
         return sorted(p for p in self.repo_files if p.endswith(".py") and "/" in p)
 
     @property
+    def package(self) -> str:
+        """The import name the instructions speak of: the top directory (below `src/` in a
+        src layout) holding the most modules, the first by name on a tie."""
+        tops = [p.split("/")[1] if p.startswith("src/") and p.count("/") > 1
+                else p.split("/")[0] for p in self.modules]
+        return min(sorted(set(tops)), key=lambda t: -tops.count(t))
+
+    @property
     def content_hash(self) -> str:
-        return files_hash({**self.repo_files,
-                           **{f"{TESTS_DIR}/{p}": c for p, c in self.tests.items()}})
+        files = {**self.repo_files, **{f"{TESTS_DIR}/{p}": c for p, c in self.tests.items()}}
+        if self.dependencies:  # () adds nothing: the seed families' ids stay as they were
+            files["<dependencies>"] = "\n".join(self.dependencies)
+        return files_hash(files)
 
 
 def _read_tree(root: Path) -> dict[str, str]:
