@@ -9,6 +9,7 @@ import ast
 from dataclasses import dataclass
 from functools import lru_cache
 
+from rlvr import ast_parse
 from rlvr.tasks.model import Task
 
 
@@ -38,7 +39,7 @@ def _function_spans(source: str) -> tuple[tuple[str, tuple[int, int]], ...]:
                     spans[name] = (start, child.end_lineno)
                 visit(child, name + ".")
 
-    visit(ast.parse(source), "")
+    visit(ast_parse.parse(source), "")
     return tuple(spans.items())
 
 
@@ -65,7 +66,7 @@ def changed_functions(before: str, after: str) -> list[str]:
 def stub_function(source: str, qualname: str, constant: str = "None") -> str:
     """`source` with `qualname`'s body replaced by `return <constant>` (docstring kept).
     Memoised: the tasks of one function share their fixed module, hence their stub."""
-    tree = ast.parse(source)
+    tree = ast_parse.parse(source)
     target = _find(tree, qualname)
     body = target.body
     keep = 1 if (body and isinstance(body[0], ast.Expr)

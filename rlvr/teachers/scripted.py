@@ -45,6 +45,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from rlvr import ast_parse
 from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.prompt import TERSE_RUN_TESTS
 from rlvr.agent.tools import format_tool_call, parse_action
@@ -479,7 +480,7 @@ def _failures(output: str) -> int | None:
 def _test_calls(test_source: str, test_name: str) -> list[str]:
     """Names called inside test function `test_name` of a public test file."""
     try:
-        tree = ast.parse(test_source)
+        tree = ast_parse.parse(test_source)
     except SyntaxError:
         return []
     for node in ast.walk(tree):
@@ -496,7 +497,7 @@ def function_lines(source: str, qualname: str) -> tuple[int, int]:
     from rlvr.tasks.synth.operators import find_function
 
     try:
-        node = find_function(ast.parse(source), qualname)
+        node = find_function(ast_parse.parse(source), qualname)
         return node.lineno, node.end_lineno or node.lineno
     except (KeyError, SyntaxError):
         return 1, max(1, source.count("\n"))

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr import ast_parse
 from rlvr.sandbox import Limits, Mount, envs
 
 DRIVER = Path(__file__).with_name("probe_driver.py")
@@ -124,7 +125,7 @@ def _called_name(statement: str) -> str | None:
     if text.startswith("assert "):
         text = text[7:]
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast_parse.parse(text.strip(), mode="eval")
     except SyntaxError:
         return None
     skip = {"raises", "approx", "len", "list", "sorted", "set", "dict", "tuple", "str",

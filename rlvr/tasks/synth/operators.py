@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Iterator
 
+from rlvr import ast_parse
 from rlvr.tasks.synth.spans import Edit, SourceMap
 
 
@@ -93,7 +94,7 @@ class FunctionContext:
 
 @lru_cache(maxsize=256)
 def _parsed(source: str) -> tuple[ast.Module, SourceMap]:
-    return ast.parse(source), SourceMap(source)
+    return ast_parse.parse(source), SourceMap(source)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -120,7 +121,7 @@ def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.Asyn
 
 def function_names(source: str) -> list[str]:
     """Qualnames of the module-level functions and class methods of a file, in source order."""
-    tree = ast.parse(source)
+    tree = ast_parse.parse(source)
     out = []
 
     def walk(scope, prefix):

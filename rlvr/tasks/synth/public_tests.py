@@ -14,6 +14,8 @@ import random
 from collections import defaultdict
 from functools import lru_cache
 
+from rlvr import ast_parse
+
 PUBLIC_DIR = "tests"
 
 
@@ -92,7 +94,7 @@ def prune_module(source: str, keep: set[tuple[str, ...]]) -> str:
 def _parse(source: str) -> ast.Module:
     """One parse per hidden test module (every task of a family prunes the same ones);
     `prune_module` only reads the tree."""
-    return ast.parse(source)
+    return ast_parse.parse(source)
 
 
 def _collapse_blank_runs(text: str) -> str:
