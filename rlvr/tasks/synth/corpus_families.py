@@ -25,7 +25,7 @@ from typing import Sequence
 
 from rlvr.sandbox.envs import parse_dependencies
 from rlvr.tasks.corpus import CorpusLockError, Library, Lock, source_dir
-from rlvr.tasks.synth.seeds import SeedFamily, unusable_reason
+from rlvr.tasks.synth.seeds import SeedFamily, usable
 
 CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 _NOT_PACKAGES = {"tests", "test", "docs", "doc", "benchmark", "benchmarks", "scripts", "tools"}
@@ -112,12 +112,5 @@ def corpus_families(lock: Lock, cache: Path | str, names: Sequence[str] = ()) ->
         if name not in known:
             raise CorpusLockError(f"synthesize.corpus.libraries: unknown library '{name}' "
                                   f"(in the lock: {', '.join(sorted(known))})")
-    families, skipped = [], {}
-    for name in sorted(names or known):
-        family = corpus_family(known[name], source_dir(known[name], cache))
-        reason = unusable_reason(family)
-        if reason:
-            skipped[name] = reason
-        else:
-            families.append(family)
-    return families, skipped
+    return usable([corpus_family(known[name], source_dir(known[name], cache))
+                   for name in sorted(names or known)])

@@ -101,12 +101,16 @@ def discover(seed_dir: Path | str, names: list[str] | tuple[str, ...] = ()) -> t
         if name not in present:
             raise TaskFormatError(f"{seed_dir}/{name}: seed family not found")
     chosen = list(names) if names else present
-    families, skipped = [], {}
-    for name in sorted(chosen):
-        family = load_family(seed_dir / name)
+    return usable([load_family(seed_dir / name) for name in sorted(chosen)])
+
+
+def usable(families: list[SeedFamily]) -> tuple[list[SeedFamily], dict[str, str]]:
+    """(the usable ones, in the given order; {unusable family: reason})."""
+    kept, skipped = [], {}
+    for family in families:
         reason = unusable_reason(family)
         if reason:
-            skipped[name] = reason
+            skipped[family.name] = reason
         else:
-            families.append(family)
-    return families, skipped
+            kept.append(family)
+    return kept, skipped
