@@ -7,6 +7,7 @@ patch, the empty patch, wrong patches, an unappliable patch and a hanging one.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -14,6 +15,7 @@ from adversarial.tiny_task import ALL_HIDDEN, CORE, FAIL_TO_PASS, FIXED_CORE, HI
 from rlvr.artifacts.schemas import VERDICT_REASONS
 from rlvr.enclave import VERIFIER_VERSION, Enclave, run_seed, task_key
 from rlvr.sandbox import Limits
+from rlvr.sandbox.base import UID_HIGH, UID_LOW
 
 # A generous wall limit (a loaded CI machine must not turn slow runs into timeouts) and a
 # tight CPU limit: a busy loop is stopped by RLIMIT_CPU, which does not depend on load.
@@ -39,6 +41,29 @@ def test_reference_passes_with_full_consensus(enclave):
     assert verdict.verifier_version == VERIFIER_VERSION
     assert verdict.safety_flags == []
     assert verdict.resources["cpu_seconds"] > 0 and verdict.resources["max_rss_kb"] > 0
+
+
+def _uid_checking_core(inside: bool) -> str:
+    """The fixed clamp, broken unless the code runs under (`inside`) / outside a uid of the
+    supervisor's private range."""
+    cond = f"{UID_LOW} <= os.getuid() < {UID_HIGH}"
+    return FIXED_CORE.replace(
+        '"""x limited to the closed interval [lo, hi]."""',
+        '"""x limited to the closed interval [lo, hi]."""\n    import os\n'
+        f'    if {"not " if inside else ""}({cond}):\n        return None')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="verdict children get their own uids only when "
+                                              "rlvr runs as root (on both backends)")
+def test_verdict_children_run_under_their_own_unprivileged_uid(enclave):
+    """On docker as on bwrap the fork-server drops each verdict child to a uid of its private
+    range (never the server's uid 0), so the kernel, not only the audit hook, keeps one run's
+    code from signalling the server or another run: every consensus run passes with the check,
+    and the inverted check fails."""
+    inside = enclave.verify(TASK, patch_to(with_core(_uid_checking_core(True))), seed=5)
+    assert (inside.success, inside.reason, inside.runs) == (True, "none", 3), inside.detail
+    outside = enclave.verify(TASK, patch_to(with_core(_uid_checking_core(False))), seed=5)
+    assert (outside.success, outside.reason) == (False, "tests_failed")
 
 
 def test_empty_patch_fails_after_one_run(enclave):
