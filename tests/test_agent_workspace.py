@@ -306,3 +306,21 @@ def test_an_edit_addressed_by_suspect_rank_edits_the_listed_line(ws, bwrap_sandb
     assert obs.status == "ok" and obs.observation == f"edited mini/core.py line {no}"
     after = (ws.repo / "mini" / "core.py").read_text().split("\n")
     assert [a for a, b in zip(after, lines) if a != b] == [lines[no - 1].replace("<=", "<")]
+
+
+def test_an_edit_by_named_fix_rewrites_the_listed_line(ws, bwrap_sandbox):
+    ex = host(ws, sandbox=bwrap_sandbox)
+    tested = run(ex, "run_tests")
+    lines = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    no = next(i for i, t in enumerate(lines, 1) if "if v <= limit:" in t)
+    k = next(i for i, s in enumerate(ex.suspects, 1) if (s.path, s.line) == ("mini/core.py", no))
+    assert f"mini/core.py:{no}:" in tested.observation
+    bad = run(ex, "edit", suspect=k, fix="and")
+    assert bad.status == "error" and "no site" in bad.observation and "if v <= limit:" in \
+        bad.observation
+    obs = run(ex, "edit", suspect=k, fix="<")
+    assert obs.status == "ok" and obs.observation == f"edited mini/core.py line {no}"
+    after = (ws.repo / "mini" / "core.py").read_text().split("\n")
+    assert [a for a, b in zip(after, lines) if a != b] == [lines[no - 1].replace("<=", "<")]
+    assert run(ex, "edit", suspect=k, fix="<=").status == "ok"    # and back
+    assert (ws.repo / "mini" / "core.py").read_text().split("\n") == lines

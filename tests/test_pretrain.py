@@ -136,6 +136,17 @@ def test_copy_profile_tells_a_copied_location_from_one_written_from_memory():
     assert suspicious_lines(case.observation)[ranked["suspect"] - 1].line == case.edit["line"]
     assert _copy_profile(case, parse_action(format_tool_call("edit", ranked))) == \
         _copy_profile(case, exact)
+    named = case.edit_args("fix")                 # a named rewrite of the listed line
+    if case.fix is not None:
+        assert set(named) - {"nth"} == {"suspect", "fix"} and named["suspect"] == ranked["suspect"]
+        assert _copy_profile(case, parse_action(format_tool_call("edit", named)))["fixed"]
+        other_fix = next(f for f in ("+1", "swap", "not", "or") if f != case.fix[0])
+        assert not _copy_profile(case, parse_action(format_tool_call(
+            "edit", {**named, "fix": other_fix})))["fixed"]
+    else:
+        assert named == ranked
+    fixes = [c.fix for c in repair_cases({"pkg/core.py": SOURCE}, 12, seed=3)]
+    assert any(f is not None for f in fixes)  # comparison / arithmetic bugs have one
     wrong = {**ranked, "old": "zzz"}
     assert not _copy_profile(case, parse_action(format_tool_call("edit", wrong)))["fixed"]
     other = next(s for s in suspicious_lines(case.observation) if s.line != case.edit["line"])

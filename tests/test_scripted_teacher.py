@@ -77,6 +77,24 @@ def test_teacher_addressing_by_suspect_rank_makes_the_same_fixes(codec, bwrap_sa
         ScriptedTeacher(address="rank")
 
 
+def test_teacher_addressing_by_named_fix_makes_the_same_fixes(codec, bwrap_sandbox):
+    """`address: fix`: an edit of a listed line that one named rewrite makes is emitted as
+    {suspect, fix[, nth]}: nothing in it is copied."""
+    import json
+
+    by_line = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
+    by_fix = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0, address="fix")
+    assert [r["patch"] for r in by_fix] == [r["patch"] for r in by_line]
+    assert [solved(r) for r in by_fix] == [True, True, True]
+    edits = [json.loads(t["tool_args"]) for r in by_fix for t in r["turns"]
+             if t["tool_name"] == "edit"]
+    named = [e for e in edits if set(e) - {"nth"} == {"suspect", "fix"}]
+    # an edit no single rewrite makes (a combined revert, `(b) - 1` -> `b`) keeps old -> new
+    assert len(named) >= 3 and all(set(e) == {"suspect", "old", "new"}
+                                   for e in edits if e not in named)
+    assert "-fix" in by_fix[0]["policy_version"]
+
+
 def test_teacher_actions_use_the_policy_format_and_are_trainable(codec, bwrap_sandbox):
     row = rollouts(codec, bwrap_sandbox, [count_task()], noise=0.0)[0]
     for t, turn in enumerate(row["turns"]):

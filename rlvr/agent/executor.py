@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from rlvr.agent.fixes import FixError, apply_fix
 from rlvr.agent.hunks import HunkError, apply_hunk
 from rlvr.agent.observations import SuspiciousLine, suspicious_lines
 from rlvr.agent.tools import ToolCall
@@ -110,6 +111,20 @@ def edit_line(text: str, line: int, old: str, new: str) -> tuple[str, str]:
         return text, (f"`old` occurs {count} times in line {line} (it must occur exactly once); "
                       f"line {line} is: {current.strip()}")
     lines[line - 1] = current.replace(old, new, 1)
+    return "\n".join(lines), ""
+
+
+def fix_line(text: str, line: int, fix: str, nth: int) -> tuple[str, str]:
+    """`text` with line `line` rewritten by the named `fix` (rlvr.agent.fixes), and '' — or
+    the unchanged text and an error that shows the line."""
+    lines = text.split("\n")
+    n = len(lines) - (1 if lines and lines[-1] == "" else 0)
+    if line > n:
+        return text, f"line {line} is out of range (1-{n})"
+    try:
+        lines[line - 1] = apply_fix(lines[line - 1], fix, nth)
+    except FixError as exc:
+        return text, f"line {line}: {exc}"
     return "\n".join(lines), ""
 
 
@@ -205,7 +220,7 @@ class ToolExecutor:
 
     def _tool_edit(self, path: str | None = None, old: str | None = None,
                    new: str | None = None, hunk: str | None = None, line: int | None = None,
-                   suspect: int | None = None):
+                   suspect: int | None = None, fix: str | None = None, nth: int = 1):
         if suspect is not None:
             if not self.suspects:
                 return ("error: no suspicious lines to address: the last run_tests listed "
@@ -221,6 +236,10 @@ class ToolExecutor:
         text = self.ws.read_text(path)
         if hunk is not None:
             updated = apply_hunk(text, hunk)
+        elif fix is not None:
+            updated, error = fix_line(text, line, fix, nth)
+            if error:
+                return f"error: {path}: {error}", "error", ""
         elif line is not None:
             updated, error = edit_line(text, line, old, new)
             if error:

@@ -67,9 +67,11 @@ class TeacherParams:
     view: bool = False
     # terse: "Flip a comparison." | explain: names the flagged file:line it acts on
     reasoning: str = "terse"
-    # how its edits name a line: "line" (path + line number) or "suspect" (the rank in the
-    # last run_tests' suspicious lines, where the line is listed: nothing for a student to copy)
-    address: Literal["line", "suspect"] = "line"
+    # how its edits name a line: "line" (path + line number), "suspect" (the rank in the
+    # last run_tests' suspicious lines, where the line is listed, then `old` -> `new`) or "fix"
+    # (the rank and a named rewrite, rlvr.agent.fixes, where one makes the edit: nothing for a
+    # student to copy)
+    address: Literal["line", "suspect", "fix"] = "line"
 
 
 @dataclass(frozen=True)

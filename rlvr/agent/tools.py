@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from rlvr.agent.fixes import FIXES
 from rlvr.chat_format import TOOL_CALL as TOOL_CALL_OPEN
 from rlvr.chat_format import TOOL_CALL_END as TOOL_CALL_CLOSE
 
@@ -60,7 +61,9 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
         "description": "Change a source file: replace `old` by `new` within line `line` (as "
                        "numbered by `view`, a traceback or run_tests; `old` must occur exactly "
                        "once in that line), or replace the exact text `old` (must occur exactly "
-                       "once in the file) by `new`, or apply one unified-diff hunk.",
+                       "once in the file) by `new`, or rewrite suspicious line `suspect` of the "
+                       "last run_tests by a named `fix` (e.g. `<=`, `+1`, `not`, `swap`; `nth` "
+                       "picks the line's n-th site), or apply one unified-diff hunk.",
         "oneOf": [
             {
                 # the line-addressed edit: the primary action of small policies, which cannot
@@ -95,6 +98,18 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                     "new": {"type": "string", "maxLength": 200},
                 },
                 "required": ["suspect", "old", "new"],
+                "additionalProperties": False,
+            },
+            {
+                # a named rewrite of a suspicious line (rlvr.agent.fixes): nothing copied at
+                # all, the edit of policies that cannot copy even `old`
+                "type": "object",
+                "properties": {
+                    "suspect": {"type": "integer", "minimum": 1},
+                    "fix": {"enum": list(FIXES)},
+                    "nth": {"type": "integer", "minimum": 1},
+                },
+                "required": ["suspect", "fix"],
                 "additionalProperties": False,
             },
             {
@@ -185,7 +200,9 @@ def validate_call(name: str, args: Any) -> str:
     where = "/".join(str(p) for p in error.absolute_path)
     if name == "edit" and error.validator == "oneOf":
         return ("edit takes {\"path\", \"line\", \"old\", \"new\"}, {\"path\", \"old\", "
-                "\"new\"} or {\"path\", \"hunk\"} (line an integer >= 1, the rest strings)")
+                "\"new\"}, {\"suspect\", \"old\", \"new\"}, {\"suspect\", \"fix\"[, \"nth\"]} "
+                "or {\"path\", \"hunk\"} (line, suspect, nth integers >= 1; fix one of "
+                + " ".join(FIXES) + "; the rest strings)")
     return f"{name}: {'args/' + where + ': ' if where else ''}{error.message}"
 
 

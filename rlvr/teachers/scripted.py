@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from rlvr import ast_parse
+from rlvr.agent.fixes import fix_for
 from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.prompt import TERSE_RUN_TESTS
 from rlvr.agent.tools import format_tool_call, parse_action
@@ -121,8 +122,8 @@ class ScriptedTeacher:
         self.max_turns = max_turns
         if reasoning not in ("terse", "explain"):
             raise ValueError("scripted teacher reasoning must be 'terse' or 'explain'")
-        if address not in ("line", "suspect"):
-            raise ValueError("scripted teacher address must be 'line' or 'suspect'")
+        if address not in ("line", "suspect", "fix"):
+            raise ValueError("scripted teacher address must be 'line', 'suspect' or 'fix'")
         self.hints = hints
         self.view = view
         self.reasoning = reasoning
@@ -130,7 +131,7 @@ class ScriptedTeacher:
         # noise, hint use and style are part of every passport's policy_version
         self.policy_version = (f"scripted-v{VERSION}-noise{noise:g}-hints{int(hints)}"
                                f"-view{int(view)}-{reasoning}"
-                               + ("-suspect" if address == "suspect" else ""))
+                               + (f"-{address}" if address != "line" else ""))
 
     def for_task(self, task: Task) -> "BoundTeacher":
         if task.hidden_tests or task.reference_patch:
@@ -284,10 +285,16 @@ class BoundTeacher:
         """`edit_args`, addressed by suspect rank when the teacher addresses so and the line
         is one the last run_tests listed (else by path and line, as always)."""
         args = edit_args(path, self.files[path], target)
-        if self.address == "suspect" and "line" in args and (path, args["line"]) in self.listed:
-            return {"suspect": self.listed.index((path, args["line"])) + 1,
-                    "old": args["old"], "new": args["new"]}
-        return args
+        if self.address == "line" or "line" not in args or (path, args["line"]) not in self.listed:
+            return args
+        rank = self.listed.index((path, args["line"])) + 1
+        if self.address == "fix":
+            i = args["line"] - 1
+            found = fix_for(self.files[path].split("\n")[i], target.split("\n")[i])
+            if found is not None:
+                fix, nth = found
+                return {"suspect": rank, "fix": fix, **({"nth": nth} if nth > 1 else {})}
+        return {"suspect": rank, "old": args["old"], "new": args["new"]}
 
     # ---- localisation ----------------------------------------------------------------------
     def _localise(self, output: str) -> None:

@@ -52,16 +52,18 @@ class PretrainParams:
     # copies per token: the location the edit names is the only thing they teach.
     drills: int = 0
     # How a synthetic episode's edit names its line: "line" (path + line number, copied from
-    # run_tests) or "suspect" (its rank in run_tests' suspicious lines: nothing to copy).
-    address: Literal["line", "suspect"] = "line"
+    # run_tests), "suspect" (its rank in run_tests' suspicious lines, then `old` -> `new`) or
+    # "fix" (the rank and a named rewrite, rlvr.agent.fixes: nothing copied at all; a bug no
+    # single rewrite undoes keeps the "suspect" form).
+    address: Literal["line", "suspect", "fix"] = "line"
 
     def check(self) -> None:
         if self.line_shift < 0:
             raise ConfigError(f"policy.pretrain.line_shift: {self.line_shift} < 0")
         if not 0.0 <= self.rename_paths <= 1.0:
             raise ConfigError(f"policy.pretrain.rename_paths: {self.rename_paths} not in [0, 1]")
-        if self.address not in ("line", "suspect"):
-            raise ConfigError(f"policy.pretrain.address: {self.address!r} not line or suspect")
+        if self.address not in ("line", "suspect", "fix"):
+            raise ConfigError(f"policy.pretrain.address: {self.address!r} (line | suspect | fix)")
         if self.drills < 0:
             raise ConfigError(f"policy.pretrain.drills: {self.drills} < 0")
         if self.train_on not in ("all", "actions"):
@@ -135,9 +137,13 @@ class RepairCase:
     suspects: str         # the observation's suspicious-lines section
     suspect: int          # the bug line's rank in it (1 = listed first)
     edit: dict[str, Any]  # line-addressed edit args: {path, line, old, new}
+    fix: tuple[str, int] | None = None  # the named rewrite (fix, nth) that undoes the bug
 
     def edit_args(self, address: str) -> dict[str, Any]:
-        if address == "suspect":
+        if address == "fix" and self.fix is not None:
+            name, nth = self.fix
+            return {"suspect": self.suspect, "fix": name, **({"nth": nth} if nth > 1 else {})}
+        if address in ("suspect", "fix"):
             return {"suspect": self.suspect, "old": self.edit["old"], "new": self.edit["new"]}
         return self.edit
 
@@ -156,6 +162,7 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
                  rename_paths: float = 0.0) -> list[RepairCase]:
     """`n` synthetic bugs injected into `code` (path -> text) with the synthesis operators
     (`line_shift`, `rename_paths`: see `PretrainParams`)."""
+    from rlvr.agent.fixes import fix_for
     from rlvr.teachers.scripted import function_lines, edit_args
     from rlvr.tasks.synth.operators import function_names
 
@@ -191,7 +198,9 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
         obs, suspects, suspect = _observation(rng, path, func, mutated, args["line"], span)
         user = (f"A test fails in `{func.split('.')[-1]}`. Fix the bug.\n\n"
                 f"Public tests: tests/")
-        out.append(RepairCase(path, func, op, user, obs, suspects, suspect, args))
+        line = args["line"] - 1
+        fix = fix_for(mutated.split("\n")[line], source.split("\n")[line])
+        out.append(RepairCase(path, func, op, user, obs, suspects, suspect, args, fix))
     return out
 
 

@@ -109,4 +109,6 @@ def _copy_profile(case, action) -> dict[str, bool]:
             "old_in_line": call.name == "edit" and where in shown
             and bool(args.get("old")) and args["old"] in shown[where],
             "fixed": call.name == "edit" and where == (case.edit["path"], case.edit["line"])
-            and args.get("old") == case.edit["old"] and args.get("new") == case.edit["new"]}
+            and (args.get("old") == case.edit["old"] and args.get("new") == case.edit["new"]
+                 or case.fix is not None
+                 and (args.get("fix"), args.get("nth", 1)) == case.fix)}
