@@ -313,7 +313,7 @@ def main() -> None:
     p.add_argument("--train-on", choices=("all", "actions"), default="all",
                    help="policy.pretrain.train_on")
     p.add_argument("--drills", type=int, default=0, help="policy.pretrain.drills")
-    p.add_argument("--address", choices=("line", "suspect"), default="line",
+    p.add_argument("--address", choices=("line", "suspect", "fix"), default="line",
                    help="policy.pretrain.address")
     d = sub.add_parser("demos")
     d.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")

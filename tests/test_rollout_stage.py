@@ -280,3 +280,22 @@ def test_duplicate_task_ids_across_files_are_refused(tmp_path, tasks_file, capsy
                     str(tasks_file), "--out", str(tmp_path / "t.parquet")])
     assert "also appears" in capsys.readouterr().err
     assert not (tmp_path / "t.parquet").exists()
+
+
+def test_a_trained_checkpoint_is_rolled_out_at_the_policy_step_it_records(tmp_path):
+    """A GRPO checkpoint's `training.json` names its `policy_step`; the engine opened on it
+    (rollout, evaluation) must record that step, so the gate's discard marks are right."""
+    import shutil
+
+    ckpt = tmp_path / "policy-grpo"
+    shutil.copytree(tiny_policy_dir(), ckpt)
+    params, _ = lib.load_params(write_params(tmp_path / "p.yaml", engine="torch",
+                                             model_dir=str(ckpt)))
+    assert lib.open_engine(params).policy_step == 0          # no card: an initial policy
+    (ckpt / "training.json").write_text(json.dumps({"policy_step": 7, "trainer": "x"}))
+    assert lib.open_engine(params).policy_step == 7
+    teacher, _ = lib.load_params(write_params(tmp_path / "t.yaml", model_dir=str(ckpt)))
+    assert lib.open_engine(teacher).policy_version.startswith("scripted")  # tokenizer only
+    (ckpt / "training.json").write_text(json.dumps({"policy_step": -1}))
+    with pytest.raises(ConfigError, match="training.json: policy_step -1"):
+        lib.open_engine(params)

@@ -121,11 +121,14 @@ def load_params(path: Path) -> tuple[RolloutParams, SandboxParams]:
 
 
 def open_engine(params: RolloutParams):
-    """The acting engine named by `rollout.engine`, with `rollout.engine_options`."""
-    from rlvr.engines import build_engine
+    """The acting engine named by `rollout.engine`, with `rollout.engine_options`; a token
+    engine acts at the `policy_step` its checkpoint records."""
+    from rlvr.engines import TOKEN_ENGINES, build_engine
+    from rlvr.engines.model_dir import checkpoint_policy_step
 
+    step = checkpoint_policy_step(params.model_dir) if params.engine in TOKEN_ENGINES else 0
     return build_engine(params.engine, params.model_dir,
-                        policy_version=params.policy_version or None,
+                        policy_version=params.policy_version or None, policy_step=step,
                         options=params.engine_options,
                         teacher=dataclasses.asdict(params.teacher),
                         max_turns=params.budgets.max_turns)

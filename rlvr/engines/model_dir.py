@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.errors import RlvrError
+from rlvr.errors import ConfigError, RlvrError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -179,3 +179,20 @@ def count_parameters(model_dir: Path | str) -> int:
     except Exception as exc:
         raise ModelDirError(f"{d}: config does not describe a causal LM: {exc}") from exc
     return sum(p.numel() for p in model.parameters())
+
+
+def checkpoint_policy_step(model_dir: Path | str) -> int:
+    """The `policy_step` a trainer recorded in the checkpoint's `training.json` (GRPO's update
+    passport), 0 for a directory without one (an initial or SFT policy): what the passports
+    of rollouts from these weights must record, so that the gate marks a rejected version's
+    rollouts by the right step."""
+    card = Path(model_dir) / "training.json"
+    if not card.is_file():
+        return 0
+    try:
+        step = json.loads(card.read_text()).get("policy_step", 0)
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{card}: unreadable training card ({exc})") from None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ConfigError(f"{card}: policy_step {step!r} is not an integer >= 0")
+    return step
