@@ -25,6 +25,27 @@ model's own modules (norms, projections, MLP, rotary):
   step of a tiny model is bound by per-op overhead, not FLOPs).
 Other architectures fall back to the model's own forward with a `DynamicCache`, left
 padding, attention mask and position ids (still prefix-shared). `backend="hf"` forces it.
+
+Cross-turn KV reuse (fast path only). A multi-turn episode calls `generate` once per turn
+with the whole transcript as the prompt, and turn t+1's prompt starts with turn t's prompt
+and its sampled ids. So after each call the engine keeps, per sample, the KV of prompt +
+completion (all but the last sampled token, which was never fed) in `_PrefixCache`, an LRU
+bounded by resident tokens (`prefix_cache_tokens`; 0 = off). The next call looks up, per
+unique prompt, the longest entry that is a strict prefix of it, copies that KV and
+prefills only the rest (a position's KV depends only on the tokens up to it). An entry
+that a new one extends is dropped, so an episode holds one entry. Sampled ids are those of
+a full re-prefill; logprobs agree to float rounding (the reused KV of a completion was
+computed one token at a time, not by the chunked prefill: ~1e-6 in fp32). Which KV is
+reused is a function of the episodes' own history, not of older cache contents, so a
+resumed run still reproduces an uninterrupted one bit for bit (`_PrefixCache` says how).
+Counters: prefill_tokens_requested = computed + saved (identical prompts of the call) +
+reused (from the cache); prefix_cache_hits / _evicted_tokens per call; prefix_cache_tokens
+/ _entries are levels (`stats` keeps the last). The cache is keyed to
+the weights: `sync_weights` and `close` clear it, and every call also checks the
+parameters' storage and in-place version counters, so an optimizer step on a model shared
+through `from_model` cannot serve stale KV either. Memory per cached token: 2 x layers x
+kv_heads x head_dim x dtype bytes (2 KiB for the CPU-default test model, ~12 KiB for a
+Qwen2.5-0.5B in bf16).
 """
 from __future__ import annotations
 
@@ -32,6 +53,7 @@ import inspect
 import sys
 import time
 from contextlib import contextmanager
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -51,6 +73,14 @@ FAST_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 FUSE_MAX_PARAMS = 200_000_000
 # Generated-token KV buffers start this long and double when full (no per-step allocation).
 SUFFIX_BLOCK = 256
+# Default bound of the cross-turn prefix cache, in resident tokens (a cohort of 64 episodes
+# of 2k-token transcripts; 256 MiB for the CPU-default model). 0 turns the cache off.
+PREFIX_CACHE_TOKENS = 131072
+# A prefill chunk whose suffix queries attend to reused KV needs an explicit mask of
+# n x suffix x total positions; keep it within this multiple of `prefill_chunk_tokens`.
+MASKED_CHUNK_FACTOR = 2048
+# Stats that are levels (resident cache size), not per-call amounts: `stats` keeps the last.
+GAUGES = ("prefix_cache_tokens", "prefix_cache_entries")
 
 
 @dataclass
@@ -76,7 +106,7 @@ class TorchEngine:
                  dtype: str = "float32", policy_version: str | None = None,
                  policy_step: int = 0, share_prefix: bool = True, backend: str = "auto",
                  prefill_chunk_tokens: int = 16384, compact_below: float = 0.5,
-                 policy: Policy | None = None):
+                 prefix_cache_tokens: int = PREFIX_CACHE_TOKENS, policy: Policy | None = None):
         if policy is None:
             if model_dir is None:
                 raise ValueError("TorchEngine needs a model_dir (or a loaded policy)")
@@ -97,6 +127,13 @@ class TorchEngine:
             raise ValueError(f"model_type {self.model.config.model_type!r} has no fast decode "
                              f"path (supported: {', '.join(FAST_MODEL_TYPES)}); use backend='hf'")
         self.backend = "fast" if (backend == "fast" or (backend == "auto" and fast_ok)) else "hf"
+        if isinstance(prefix_cache_tokens, bool) or not isinstance(prefix_cache_tokens, int) \
+                or prefix_cache_tokens < 0:
+            raise ValueError(f"prefix_cache_tokens must be an int >= 0 (0 = off), "
+                             f"got {prefix_cache_tokens!r}")
+        # only the fast decoder reads cached KV; the HF fallback re-prefills every turn
+        self.prefix_cache = _PrefixCache(prefix_cache_tokens if self.backend == "fast" else 0)
+        self._weights_key: tuple = ()
         self.stats: dict[str, float] = {}
         self.last_stats: dict[str, float] = {}
 
@@ -126,11 +163,23 @@ class TorchEngine:
             self.model_dir = Path(source)
         with torch.no_grad():
             self.model.load_state_dict(state)
+        self.prefix_cache.clear()  # KV of the old weights
         self.policy_version = policy_version
         self.policy_step = step
 
     def close(self) -> None:
-        """Nothing to release: the model lives in this process (and may be the trainer's)."""
+        """Drop the prefix cache's KV; the model itself lives in this process (and may be the
+        trainer's), so nothing else is released."""
+        self.prefix_cache.clear()
+
+    def _check_cache_weights(self) -> None:
+        """Clear the prefix cache if any parameter was replaced or changed in place since the
+        last call (an optimizer step on a `from_model` model the trainer shares, a
+        `load_state_dict` outside `sync_weights`): its KV would be silently stale."""
+        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if key != self._weights_key:
+            self.prefix_cache.clear()
+            self._weights_key = key
 
     # ---- generation ---------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, seed: int,
@@ -156,9 +205,19 @@ class TorchEngine:
             self.last_stats = {}
             return [Sample(token_ids=[], logprobs=[], finish_reason="length") for _ in prompts]
         dev = self.device
-        decoder = (_FastDecoder(self.model, self.prefill_chunk_tokens) if self.backend == "fast"
-                   else _HFDecoder(self.model))
-        first_logits = decoder.prefill(unique)  # [U, V] fp32
+        cache = self.prefix_cache
+        evicted0 = cache.evicted_tokens
+        if self.backend == "fast":
+            decoder = _FastDecoder(self.model, self.prefill_chunk_tokens)
+            if cache.max_tokens:
+                self._check_cache_weights()
+                cache.begin_call()
+            hits = [cache.lookup(u) for u in unique]  # (entry | None, reused tokens)
+            first_logits = decoder.prefill(unique, hits)  # [U, V] fp32
+        else:
+            decoder, hits = _HFDecoder(self.model), [(None, 0)] * len(unique)
+            first_logits = decoder.prefill(unique)
+        reused = [c for _, c in hits]
         t_prefill = time.perf_counter()
 
         G = max(len(g) for g in groups)
@@ -196,17 +255,21 @@ class TorchEngine:
             if n_active == 0:
                 break
             if n_active <= self.compact_below * layout.S and layout.S - n_active >= 2:
+                if cache.max_tokens:  # finished slots leave the batch: keep their KV first
+                    self._harvest(decoder, layout, finished, prompts, out_tok, length, B)
                 layout, src = _compact(layout, finished, B)
                 decoder.select(layout.U, layout.G, src)
                 tok, finished, slot_noise = tok[src], finished[src], slot_noise[src]
             logits = decoder.step(tok, t)
+        if cache.max_tokens:
+            self._harvest(decoder, layout, layout.slot_sample < B, prompts, out_tok, length, B)
         t_end = time.perf_counter()
 
         lengths = length[:B].tolist()
         toks, lps = out_tok[:B].tolist(), out_lp[:B].tolist()
         prefill_by_sample = [0] * B
-        for g in groups:
-            prefill_by_sample[g[0]] = len(prompts[g[0]])
+        for g, c in zip(groups, reused):
+            prefill_by_sample[g[0]] = len(prompts[g[0]]) - c
         stop_set = set(params.stop_token_ids)
         samples = []
         for i in range(B):
@@ -216,18 +279,42 @@ class TorchEngine:
                                   finish_reason="stop" if stopped else "length",
                                   prefill_tokens=prefill_by_sample[i]))
         requested = sum(len(p) for p in prompts)
-        computed = sum(len(u) for u in unique)
+        shared = requested - sum(len(u) for u in unique)
+        # requested = computed + saved (identical prompts of this call, one prefill)
+        #           + reused (KV of unique prompts' prefixes, from the prefix cache)
         self.last_stats = {
             "samples": B, "unique_prompts": len(unique),
-            "prefill_tokens_requested": requested, "prefill_tokens_computed": computed,
-            "prefill_tokens_saved": requested - computed,
+            "prefill_tokens_requested": requested,
+            "prefill_tokens_computed": requested - shared - sum(reused),
+            "prefill_tokens_saved": shared,
+            "prefill_tokens_reused": sum(reused), "prefix_cache_hits": sum(c > 0 for c in reused),
+            "prefix_cache_evicted_tokens": cache.evicted_tokens - evicted0,
+            "prefix_cache_tokens": cache.tokens, "prefix_cache_entries": len(cache),
             "generated_tokens": sum(len(s.token_ids) for s in samples),
             "decode_steps": steps, "slot_steps": slot_steps,
             "prefill_seconds": t_prefill - t0, "decode_seconds": t_end - t_prefill,
         }
         for k, v in self.last_stats.items():
-            self.stats[k] = self.stats.get(k, 0) + v
+            self.stats[k] = v if k in GAUGES else self.stats.get(k, 0) + v
         return samples
+
+    def _harvest(self, decoder: "_FastDecoder", layout: _Layout, which: torch.Tensor,
+                 prompts: list[list[int]], out_tok: torch.Tensor, length: torch.Tensor,
+                 B: int) -> None:
+        """Put the KV of prompt + completion of the real slots in `which` into the prefix
+        cache. The last sampled token of a sample was never fed, so it has no KV; the
+        generated KV of a slot at step j is that of its sample's token j."""
+        slots = torch.nonzero(which & (layout.slot_sample < B)).squeeze(1).tolist()
+        if not slots:
+            return
+        owners = layout.slot_sample[slots].tolist()
+        lens = length[owners].tolist()
+        toks = out_tok[owners].tolist()
+        for slot, i, n, tk in zip(slots, owners, lens, toks):
+            tokens = prompts[i] + tk[:n - 1]
+            if self.prefix_cache.wants(tokens):
+                k, v = decoder.kv(slot, slot // layout.G, len(prompts[i]), n - 1)
+                self.prefix_cache.insert(tokens, k, v)
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, prompt: Sequence[int], completion: Sequence[int],
@@ -275,6 +362,96 @@ class TorchEngine:
             raise ValueError(f"{what}: token id(s) {bad[:5]} outside the vocabulary "
                              f"(size {self.vocab_size})")
         return out
+
+
+# ---- cross-turn prefix cache ---------------------------------------------------------------
+@dataclass
+class _Entry:
+    """The KV of one token sequence: k and v [layers, kv_heads, len(tokens), head_dim],
+    stored by generate call number `call`."""
+
+    tokens: np.ndarray  # int64 [n]
+    k: torch.Tensor
+    v: torch.Tensor
+    call: int
+
+
+def _is_prefix(short: np.ndarray, long: np.ndarray) -> bool:
+    return len(short) <= len(long) and np.array_equal(short, long[:len(short)])
+
+
+class _PrefixCache:
+    """LRU of `_Entry`s bounded by resident tokens (`max_tokens`; 0 = off).
+
+    Only an entry whose tokens are a *strict prefix* of a prompt serves it (the longest such
+    one). Storing an entry replaces one of the same tokens and drops every entry of an
+    earlier call that it extends or that extends it (entries of one call may nest: a sample
+    that stopped early is a prefix of a sibling's longer one, and each serves its own
+    next turn). Why so strict: a resumed run (a wave replayed with a cold
+    cache, `rlvr.agent.collector`) must compute what the uninterrupted run computed, bit
+    for bit. An episode's own last-turn entry is stored in both runs; an entry of an
+    earlier wave could only serve a prompt that extends it, i.e. a transcript that
+    replicated an old one (greedy decoding of a re-drawn task), and then the episode's own
+    entry of the same tokens replaced it, or, if longer, the old one was dropped when the
+    own entry was stored. Old entries are never touched, so the LRU evicts them before any
+    of the current wave's. (Not covered: a *first* prompt that itself extends an earlier
+    episode's transcript; the collector never builds one.) A common prefix that is not a
+    whole entry (a shared system prompt) is therefore not reused. Lookups scan the entries
+    (a cohort's worth: tens to hundreds), far cheaper than the prefill they save."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self.entries: OrderedDict[int, _Entry] = OrderedDict()
+        self.tokens = 0
+        self.evicted_tokens = 0  # dropped for the budget (not: superseded by an extension)
+        self.call = 0
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.tokens = 0
+
+    def begin_call(self) -> None:
+        self.call += 1
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[_Entry | None, int]:
+        """The longest entry that is a strict prefix of `prompt` and its length (the
+        reused tokens; the last prompt token is always run, its logits start the decode).
+        (None, 0) when there is none."""
+        if not self.entries:
+            return None, 0
+        q = np.asarray(prompt, dtype=np.int64)
+        best, best_n = None, 0
+        for key, e in self.entries.items():
+            if best_n < len(e.tokens) < len(q) and _is_prefix(e.tokens, q):
+                best, best_n = key, len(e.tokens)
+        if best is None:
+            return None, 0
+        self.entries.move_to_end(best)
+        return self.entries[best], best_n
+
+    def wants(self, tokens: Sequence[int]) -> bool:
+        """Whether `insert(tokens, ...)` can keep anything: on and within the budget."""
+        return 0 < len(tokens) <= self.max_tokens
+
+    def insert(self, tokens: Sequence[int], k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the KV of `tokens` as most recently used (class docstring for what it
+        replaces), then evict least recently used entries until the budget holds."""
+        q = np.asarray(tokens, dtype=np.int64)
+        for key in [key for key, e in self.entries.items()
+                    if np.array_equal(e.tokens, q) or (e.call < self.call and (
+                        _is_prefix(e.tokens, q) or _is_prefix(q, e.tokens)))]:
+            self.tokens -= len(self.entries.pop(key).tokens)
+        self.entries[self._next] = _Entry(tokens=q, k=k, v=v, call=self.call)
+        self._next += 1
+        self.tokens += len(q)
+        while self.tokens > self.max_tokens:
+            _, old = self.entries.popitem(last=False)
+            self.tokens -= len(old.tokens)
+            self.evicted_tokens += len(old.tokens)
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -423,7 +600,11 @@ class _FastDecoder:
             q, k = plan.q_norm(q), plan.k_norm(k)
         return q, k, v
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]],
+                prefixes: Sequence[tuple["_Entry | None", int]]) -> torch.Tensor:
+        """KV of every prompt into Kp (right-padded) and the logits after its last token.
+        `prefixes[u]` = (cache entry, c): the first c tokens of prompt u share the entry's
+        tokens, so their KV is copied and only the rest is computed."""
         U = len(prompts)
         lens = torch.tensor([len(p) for p in prompts])
         L = int(lens.max())
@@ -431,40 +612,96 @@ class _FastDecoder:
         self.Kp = [torch.zeros(U, self.nkv, L, self.d, dtype=self.dtype, device=self.dev)
                    for _ in self.layers]
         self.Vp = [torch.zeros_like(k) for k in self.Kp]
+        cached = [c for _, c in prefixes]
+        for u, (entry, c) in enumerate(prefixes):
+            if c:
+                for layer, (Kp, Vp) in enumerate(zip(self.Kp, self.Vp)):
+                    Kp[u, :, :c] = entry.k[layer, :, :c]
+                    Vp[u, :, :c] = entry.v[layer, :, :c]
         logits = None
-        order = sorted(range(U), key=lambda i: -len(prompts[i]))
+        suffix = [len(p) - c for p, c in zip(prompts, cached)]
+        order = sorted(range(U), key=lambda i: -suffix[i])
         start = 0
-        while start < U:  # chunks of similar length (sorted), bounded padded-token budget
-            Lc = len(prompts[order[start]])
-            n = max(1, min(U - start, self.chunk_tokens // max(1, Lc)))
-            idx = order[start:start + n]
-            start += n
-            ids = torch.zeros(n, Lc, dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, :len(prompts[i])] = torch.tensor(prompts[i])  # right padding
-            x = self.embed(ids.to(self.dev))
-            pos = torch.arange(Lc, device=self.dev).expand(n, Lc)
-            cos, sin = self.rotary(x, pos)
-            idx_t = torch.tensor(idx, device=self.dev)
-            for plan, Kp, Vp in zip(self.layers, self.Kp, self.Vp):
-                q, k, v = self._qkv(plan, x, (n, Lc))
-                q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-                q, k = self.rope(q, k, cos, sin)
-                Kp[idx_t, :, :Lc] = k
-                Vp[idx_t, :, :Lc] = v
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
-                                                   enable_gqa=self.rep > 1)
-                x = x + plan.o_proj(o.transpose(1, 2).reshape(n, Lc, self.nh * self.d))
-                x = x + plan.mlp(plan.ln2(x))
-            last = x[torch.arange(n, device=self.dev), self.lens[idx_t] - 1]
-            chunk_logits = self.lm_head(self.norm(last)).float()
+        while start < U:  # chunks of similar suffix length (sorted), bounded work
+            idx = self._chunk(order, start, suffix, lens.tolist(), cached)
+            start += len(idx)
+            chunk_logits = self._prefill_chunk([prompts[i] for i in idx],
+                                               [cached[i] for i in idx], idx)
             if logits is None:
                 logits = chunk_logits.new_empty(U, chunk_logits.shape[-1])
-            logits[idx_t] = chunk_logits
+            logits[torch.tensor(idx, device=self.dev)] = chunk_logits
         keypos = torch.arange(L, device=self.dev)
         self.bias = torch.zeros(U, 1, 1, L, dtype=torch.float32, device=self.dev).masked_fill_(
             (keypos[None, :] >= self.lens[:, None])[:, None, None, :], float("-inf"))
         return logits
+
+    def _chunk(self, order, start, suffix, lens, cached) -> list[int]:
+        """The next prompts of `order` for one prefill: padded suffix tokens within
+        `chunk_tokens` and, where reused KV needs an explicit mask, its size within
+        MASKED_CHUNK_FACTOR times that."""
+        Sc = suffix[order[start]]
+        n, Lc, masked = 1, lens[order[start]], cached[order[start]] > 0
+        while start + n < len(order) and (n + 1) * Sc <= self.chunk_tokens:
+            i = order[start + n]
+            Lc2, masked2 = max(Lc, lens[i]), masked or cached[i] > 0
+            if masked2 and (n + 1) * Sc * Lc2 > self.chunk_tokens * MASKED_CHUNK_FACTOR:
+                break
+            n, Lc, masked = n + 1, Lc2, masked2
+        return order[start:start + n]
+
+    def _prefill_chunk(self, prompts, cached, idx) -> torch.Tensor:
+        """Prefill the uncached suffix of n prompts (rows idx of Kp); logits [n, V]. With no
+        reused KV this is a plain causal SDPA over the prompts; otherwise suffix query j of
+        row r (position c_r + j) attends to keys 0..c_r + j of its row of Kp, which holds the
+        reused KV and, written layer by layer, the suffix's own."""
+        n = len(prompts)
+        suf = [len(p) - c for p, c in zip(prompts, cached)]
+        Sc, Lc = max(suf), max(len(p) for p in prompts)
+        ids = torch.zeros(n, Sc, dtype=torch.long)
+        for r, (p, c) in enumerate(zip(prompts, cached)):
+            ids[r, :len(p) - c] = torch.tensor(p[c:])  # right padding
+        c_t = torch.tensor(cached, device=self.dev)
+        idx_t = torch.tensor(idx, device=self.dev)
+        x = self.embed(ids.to(self.dev))
+        pos = c_t[:, None] + torch.arange(Sc, device=self.dev)[None, :]
+        cos, sin = self.rotary(x, pos)
+        masked = any(cached)
+        if masked:
+            allowed = (torch.arange(Lc, device=self.dev)[None, None, :]
+                       <= pos[:, :, None])[:, None]  # [n, 1, Sc, Lc]
+            rows = torch.tensor([i for i, s in zip(idx, suf) for _ in range(s)], device=self.dev)
+            qry = torch.tensor([j for s in suf for j in range(s)], device=self.dev)
+            keyp = torch.tensor([c + j for c, s in zip(cached, suf) for j in range(s)],
+                                device=self.dev)
+            src = torch.tensor([r for r, s in enumerate(suf) for _ in range(s)], device=self.dev)
+        for plan, Kp, Vp in zip(self.layers, self.Kp, self.Vp):
+            q, k, v = self._qkv(plan, x, (n, Sc))
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            q, k = self.rope(q, k, cos, sin)
+            if masked:
+                Kp[rows, :, keyp] = k[src, :, qry]
+                Vp[rows, :, keyp] = v[src, :, qry]
+                o = F.scaled_dot_product_attention(q, Kp[idx_t, :, :Lc], Vp[idx_t, :, :Lc],
+                                                   attn_mask=allowed, scale=self.scale,
+                                                   enable_gqa=self.rep > 1)
+            else:
+                Kp[idx_t, :, :Sc] = k
+                Vp[idx_t, :, :Sc] = v
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                                   enable_gqa=self.rep > 1)
+            x = x + plan.o_proj(o.transpose(1, 2).reshape(n, Sc, self.nh * self.d))
+            x = x + plan.mlp(plan.ln2(x))
+        last = x[torch.arange(n, device=self.dev), torch.tensor(suf, device=self.dev) - 1]
+        return self.lm_head(self.norm(last)).float()
+
+    def kv(self, slot: int, u: int, prompt_len: int, n_gen: int):
+        """Copies of slot's KV: its group's prompt then its first n_gen generated tokens,
+        as K and V [layers, kv_heads, prompt_len + n_gen, d]."""
+        k = torch.stack([torch.cat([Kp[u, :, :prompt_len], Ks[slot, :, :n_gen]], dim=1)
+                         for Kp, Ks in zip(self.Kp, self.Ks)])
+        v = torch.stack([torch.cat([Vp[u, :, :prompt_len], Vs[slot, :, :n_gen]], dim=1)
+                         for Vp, Vs in zip(self.Vp, self.Vs)])
+        return k, v
 
     def start(self, G: int, T: int) -> None:
         U = len(self.lens)
