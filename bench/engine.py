@@ -6,9 +6,18 @@ min_new_tokens = max_new_tokens), and are timed in this one process, alternating
 `--repeats`. Reported per model size: generated tokens/s of each, the ratio (target >= 3x),
 and the prefill work saved by prefix sharing. Two engine ablations explain the gap:
 `share_prefix=False` (no group prefill / shared prompt KV) and `backend="hf"` (the engine's
-loop over the model's own forward). The runs are interleaved round-robin. On a small model
-use `--threads 1`: a second intra-op thread only spin-waits on ops this small (and on a
-loaded machine it slows every contender several-fold). The last line is one JSON object.
+loop over the model's own forward); a third, `prefix_cache_tokens=0`, shows what keeping
+each sample's KV for a next turn costs a single-turn workload. The runs are interleaved
+round-robin. On a small model use `--threads 1`: a second intra-op thread only spin-waits
+on ops this small (and on a loaded machine it slows every contender several-fold).
+
+The multi-turn case (`--cases multi_turn`) drives `--turns`-turn episodes as
+`rlvr.agent.collector` does: one `generate` per turn over all episodes, turn t+1's prompt =
+turn t's prompt + its `--turn-new` sampled ids + an observation (`--obs-chars` of a real
+source file), per-(episode, turn) sample seeds. It times the whole episode set with the
+cross-turn prefix cache (the engine default) against re-prefilling every transcript
+(`prefix_cache_tokens=0`), each from a cold cache, and asserts both sampled the same ids.
+The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -91,15 +100,17 @@ def bench_size(name: str, size: dict, texts, args) -> dict:
     params = SamplingParams(temperature=1.0, top_p=args.top_p, max_new_tokens=args.new)
     no_share = TorchEngine.from_model(model, policy_version="bench", share_prefix=False)
     hf_loop = TorchEngine.from_model(model, policy_version="bench", backend="hf")
+    no_cache = TorchEngine.from_model(model, policy_version="bench", prefix_cache_tokens=0)
     runs = {
         "hf_generate": lambda: hf_generate(model, prompts, args.new, args.top_p, 0),
         "engine": lambda: engine.generate(prompts, params, seed=0),
         "engine_no_share": lambda: no_share.generate(prompts, params, seed=0),
         "engine_hf_backend": lambda: hf_loop.generate(prompts, params, seed=0),
+        "engine_no_cache": lambda: no_cache.generate(prompts, params, seed=0),
     }
     short = SamplingParams(temperature=1.0, top_p=args.top_p, max_new_tokens=2)
     hf_generate(model, prompts[:2], 2, args.top_p, 0)  # warm-up
-    for e in (engine, no_share, hf_loop):
+    for e in (engine, no_share, hf_loop, no_cache):
         e.generate(prompts[:2], short, seed=0)
     seconds = time_best(runs, args.repeats)
     engine.generate(prompts, params, seed=0)
@@ -115,6 +126,7 @@ def bench_size(name: str, size: dict, texts, args) -> dict:
         "ratio": round(tok_s["engine"] / tok_s["hf_generate"], 2),
         "ratio_no_share": round(tok_s["engine_no_share"] / tok_s["hf_generate"], 2),
         "ratio_hf_backend": round(tok_s["engine_hf_backend"] / tok_s["hf_generate"], 2),
+        "ratio_no_cache": round(tok_s["engine_no_cache"] / tok_s["hf_generate"], 2),
         "prefill_tokens_requested": stats["prefill_tokens_requested"],
         "prefill_tokens_computed": stats["prefill_tokens_computed"],
         "prefill_saved_fraction": round(stats["prefill_tokens_saved"]
@@ -122,8 +134,87 @@ def bench_size(name: str, size: dict, texts, args) -> dict:
     }
     print(f"{name:12s} hf {tok_s['hf_generate']:8.1f} tok/s | engine {tok_s['engine']:8.1f} "
           f"({result['ratio']}x) | no-share {tok_s['engine_no_share']:8.1f} | hf-backend "
-          f"{tok_s['engine_hf_backend']:8.1f} | prefill {stats['prefill_tokens_computed']}/"
+          f"{tok_s['engine_hf_backend']:8.1f} | no-cache {tok_s['engine_no_cache']:8.1f} | "
+          f"prefill {stats['prefill_tokens_computed']}/"
           f"{stats['prefill_tokens_requested']}", flush=True)
+    return result
+
+
+def observation(files: list[Path], episode: int, turn: int, chars: int) -> str:
+    """Tool-output-like text: a slice of a real source file, its own per (episode, turn)."""
+    text = files[(episode + turn) % len(files)].read_text()
+    start = (episode * 7919 + turn * 104729) % max(1, len(text) - chars)
+    return text[start:start + chars]
+
+
+def run_episodes(engine: TorchEngine, first: list[list[int]], obs: list[list[list[int]]],
+                 params: SamplingParams, turns: int) -> list[list[list[int]]]:
+    """All episodes, `turns` turns, one generate per turn (from a cold prefix cache).
+    Returns the sampled ids per episode and turn."""
+    engine.close()  # drops the prefix cache: each timed run starts cold
+    transcripts = [list(p) for p in first]
+    ids: list[list[list[int]]] = [[] for _ in first]
+    for t in range(turns):
+        samples = engine.generate(transcripts, params, seed=0,
+                                  sample_seeds=[e * 1000 + t for e in range(len(first))])
+        for e, s in enumerate(samples):
+            ids[e].append(s.token_ids)
+            transcripts[e] += s.token_ids + obs[e][t]
+    return ids
+
+
+def bench_multi_turn(name: str, size: dict, texts, args) -> dict:
+    """Cross-turn KV reuse vs re-prefill over `args.turns`-turn episodes (module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        build_local_policy(Path(tmp) / "policy", texts, seed=0, vocab_size=args.vocab, **size)
+        reuse = TorchEngine(Path(tmp) / "policy")
+    model, tok = reuse.model, reuse.tokenizer
+    reprefill = TorchEngine.from_model(model, policy_version="bench", prefix_cache_tokens=0)
+    base = make_prompts(tok, args.prompts, args.prompt_chars)
+    first = [p for p in base for _ in range(args.group)]
+    files = [p for p in corpus_files(ROOT) if "/tests/" not in p.as_posix()]
+    obs = [[tok.encode(observation(files, e, t, args.obs_chars)) for t in range(args.turns)]
+           for e in range(len(first))]
+    params = SamplingParams(temperature=1.0, top_p=args.top_p, max_new_tokens=args.turn_new)
+    short = SamplingParams(temperature=1.0, top_p=args.top_p, max_new_tokens=2)
+    for e in (reuse, reprefill):  # warm-up
+        run_episodes(e, first[:2], obs[:2], short, 2)
+    got: dict[str, list] = {}
+
+    def run(key, engine):
+        def go():
+            engine.stats.clear()  # afterwards: the counters of the last run
+            got[key] = run_episodes(engine, first, obs, params, args.turns)
+        return go
+    seconds = time_best({"reuse": run("reuse", reuse), "reprefill": run("reprefill", reprefill)},
+                        args.repeats)
+    assert got["reuse"] == got["reprefill"], "KV reuse changed the sampled ids"
+    st = reuse.stats
+    n_tokens = sum(len(turn) for ep in got["reuse"] for turn in ep)
+    tok_s = {k: round(n_tokens / v, 1) for k, v in seconds.items()}
+    final = [len(first[e]) + sum(len(x) + len(o) for x, o in zip(got["reuse"][e], obs[e]))
+             for e in range(len(first))]
+    result = {
+        "case": "multi_turn", "size": name, **size,
+        "params": sum(p.numel() for p in model.parameters()),
+        "episodes": len(first), "group": args.group, "turns": args.turns,
+        "turn_new_tokens": args.turn_new,
+        "obs_tokens_mean": round(sum(len(o) for ep in obs for o in ep) / (len(first) * args.turns), 1),
+        "first_prompt_tokens_mean": round(sum(len(p) for p in base) / len(base), 1),
+        "final_transcript_tokens_mean": round(sum(final) / len(final), 1),
+        "generated_tokens": n_tokens, "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "tokens_per_s": tok_s, "ratio_reuse": round(tok_s["reuse"] / tok_s["reprefill"], 2),
+        "same_sampled_ids": True,
+        "prefill_tokens_requested": st["prefill_tokens_requested"],
+        "prefill_tokens_computed": st["prefill_tokens_computed"],
+        "prefill_tokens_reused": st["prefill_tokens_reused"],
+        "prefill_tokens_saved_in_batch": st["prefill_tokens_saved"],
+        "prefix_cache_tokens_end": st["prefix_cache_tokens"],
+    }
+    print(f"{name:12s} multi-turn x{args.turns}: reuse {tok_s['reuse']:8.1f} tok/s | re-prefill "
+          f"{tok_s['reprefill']:8.1f} tok/s ({result['ratio_reuse']}x) | prefill computed "
+          f"{st['prefill_tokens_computed']}, reused {st['prefill_tokens_reused']} of "
+          f"{st['prefill_tokens_requested']} | same ids", flush=True)
     return result
 
 
@@ -138,17 +229,31 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--sizes", default=",".join(SIZES))
+    ap.add_argument("--cases", default="single,multi_turn",
+                    help="single (vs HF generate) and/or multi_turn (KV reuse vs re-prefill)")
+    ap.add_argument("--turns", type=int, default=12, help="multi_turn: turns per episode")
+    ap.add_argument("--turn-new", type=int, default=32, help="multi_turn: sampled tokens per turn")
+    ap.add_argument("--obs-chars", type=int, default=200, help="multi_turn: observation length")
     ap.add_argument("--quick", action="store_true", help="small run (CI smoke)")
     args = ap.parse_args()
     if args.quick:
         args.new, args.repeats, args.prompt_chars = 16, 1, 600
+        args.turns, args.turn_new = 4, 8
     if args.threads:
         torch.set_num_threads(args.threads)
+    cases = args.cases.split(",")
+    if not cases or not set(cases) <= {"single", "multi_turn"}:
+        ap.error(f"--cases: expected single and/or multi_turn, got {args.cases!r}")
     texts, corpus = policy_corpus(ROOT, seed=0, synthetic_samples=100)
-    results = [bench_size(name, SIZES[name], texts, args) for name in args.sizes.split(",")]
-    print(json.dumps({"bench": "engine", "threads": torch.get_num_threads(),
-                      "ratio_min": min(r["ratio"] for r in results), "target_ratio": 3.0,
-                      "results": results}))
+    sizes = args.sizes.split(",")
+    out = {"bench": "engine", "threads": torch.get_num_threads()}
+    if "single" in cases:
+        results = [bench_size(name, SIZES[name], texts, args) for name in sizes]
+        out.update(ratio_min=min(r["ratio"] for r in results), target_ratio=3.0, results=results)
+    if "multi_turn" in cases:
+        multi = [bench_multi_turn(name, SIZES[name], texts, args) for name in sizes]
+        out.update(multi_turn_ratio_min=min(r["ratio_reuse"] for r in multi), multi_turn=multi)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
