@@ -368,12 +368,30 @@ class TorchEngine:
 @dataclass
 class _Entry:
     """The KV of one token sequence: k and v [layers, kv_heads, len(tokens), head_dim],
-    stored by generate call number `call`."""
+    stored by generate call number `call`; `hashes[j]` is `_prefix_hashes`' hash of
+    tokens[:j] (so prefix tests are one comparison before the exact check)."""
 
     tokens: np.ndarray  # int64 [n]
+    hashes: np.ndarray  # uint64 [n + 1]
     k: torch.Tensor
     v: torch.Tensor
     call: int
+
+
+_HASH_BASE = np.uint64(0x100000001B3)  # FNV prime; arithmetic wraps modulo 2**64
+_POWERS = np.ones(1, dtype=np.uint64)
+
+
+def _prefix_hashes(q: np.ndarray) -> np.ndarray:
+    """h[j] = sum_{i<j} (q[i] + 1) * B**i mod 2**64 for j = 0..len(q): the hash of every
+    prefix at once (numpy, no Python loop)."""
+    global _POWERS
+    if len(_POWERS) < len(q):
+        n = max(len(q), 2 * len(_POWERS))
+        _POWERS = np.concatenate([[np.uint64(1)], np.cumprod(np.full(n - 1, _HASH_BASE))])
+    with np.errstate(over="ignore"):
+        terms = (q.astype(np.uint64) + np.uint64(1)) * _POWERS[:len(q)]
+        return np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms, dtype=np.uint64)])
 
 
 def _is_prefix(short: np.ndarray, long: np.ndarray) -> bool:
@@ -397,7 +415,8 @@ class _PrefixCache:
     of the current wave's. (Not covered: a *first* prompt that itself extends an earlier
     episode's transcript; the collector never builds one.) A common prefix that is not a
     whole entry (a shared system prompt) is therefore not reused. Lookups scan the entries
-    (a cohort's worth: tens to hundreds), far cheaper than the prefill they save."""
+    by hash of every prefix of the query (vectorized), then check the candidates' tokens.
+    """
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
@@ -406,6 +425,7 @@ class _PrefixCache:
         self.evicted_tokens = 0  # dropped for the budget (not: superseded by an extension)
         self.call = 0
         self._next = 0
+        self._idx: tuple[list[int], np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -413,6 +433,7 @@ class _PrefixCache:
     def clear(self) -> None:
         self.entries.clear()
         self.tokens = 0
+        self._idx = None
 
     def begin_call(self) -> None:
         self.call += 1
@@ -424,14 +445,24 @@ class _PrefixCache:
         if not self.entries:
             return None, 0
         q = np.asarray(prompt, dtype=np.int64)
-        best, best_n = None, 0
-        for key, e in self.entries.items():
-            if best_n < len(e.tokens) < len(q) and _is_prefix(e.tokens, q):
-                best, best_n = key, len(e.tokens)
-        if best is None:
-            return None, 0
-        self.entries.move_to_end(best)
-        return self.entries[best], best_n
+        h = _prefix_hashes(q)
+        keys, lens, sigs = self._index()
+        hit = np.flatnonzero((lens < len(q)) & (h[np.minimum(lens, len(q))] == sigs))
+        for j in hit[np.argsort(-lens[hit], kind="stable")]:  # longest first
+            e = self.entries[keys[j]]
+            if _is_prefix(e.tokens, q):  # a hash collision is not a hit
+                self.entries.move_to_end(keys[j])
+                return e, len(e.tokens)
+        return None, 0
+
+    def _index(self) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Keys, lengths and whole-sequence hashes of the entries (rebuilt after a change)."""
+        if self._idx is None:
+            es = list(self.entries.items())
+            self._idx = ([k for k, _ in es],
+                         np.fromiter((len(e.tokens) for _, e in es), np.int64, len(es)),
+                         np.fromiter((e.hashes[-1] for _, e in es), np.uint64, len(es)))
+        return self._idx
 
     def wants(self, tokens: Sequence[int]) -> bool:
         """Whether `insert(tokens, ...)` can keep anything: on and within the budget."""
@@ -441,17 +472,27 @@ class _PrefixCache:
         """Store the KV of `tokens` as most recently used (class docstring for what it
         replaces), then evict least recently used entries until the budget holds."""
         q = np.asarray(tokens, dtype=np.int64)
-        for key in [key for key, e in self.entries.items()
-                    if np.array_equal(e.tokens, q) or (e.call < self.call and (
-                        _is_prefix(e.tokens, q) or _is_prefix(q, e.tokens)))]:
+        h = _prefix_hashes(q)
+        n = len(q)
+        keys, lens, sigs = self._index()
+        # same tokens, or (earlier calls) q extends the entry: hash of q's prefix matches
+        near = np.flatnonzero((lens <= n) & (h[np.minimum(lens, n)] == sigs))
+        drop = [keys[j] for j in near
+                if (lens[j] == n or self.entries[keys[j]].call < self.call)
+                and _is_prefix(self.entries[keys[j]].tokens, q)]
+        drop += [key for key, length in zip(keys, lens.tolist()) if length > n
+                 and (e := self.entries[key]).call < self.call and e.hashes[n] == h[n]
+                 and _is_prefix(q, e.tokens)]  # (earlier calls) the entry extends q
+        for key in drop:
             self.tokens -= len(self.entries.pop(key).tokens)
-        self.entries[self._next] = _Entry(tokens=q, k=k, v=v, call=self.call)
+        self.entries[self._next] = _Entry(tokens=q, hashes=h, k=k, v=v, call=self.call)
         self._next += 1
-        self.tokens += len(q)
+        self.tokens += n
         while self.tokens > self.max_tokens:
             _, old = self.entries.popitem(last=False)
             self.tokens -= len(old.tokens)
             self.evicted_tokens += len(old.tokens)
+        self._idx = None
 
 
 # ---- helpers ------------------------------------------------------------------------------
