@@ -257,14 +257,16 @@ def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOPa
     separate eval-mode pass over every row instead."""
     kept = [g for g in groups if g["status"] == "accepted"]
     fused = bool(kept) and same_in_train_mode(model)
-    tally = behaviour_tally(model, [r for g in groups
-                                    if not (fused and g["status"] == "accepted")
-                                    for r in g["rows"]], scoring, params)
+    rest = [r for g in groups if not (fused and g["status"] == "accepted") for r in g["rows"]]
+    # several ranks: each scores its share of the rows, the tallies are joined below
+    tally = behaviour_tally(model, rest[backend.rank::backend.world], scoring, params)
     if kept:
         out = update_policy(model, backend, kept, params, scoring, reference, entropy_coef,
                             policy_step, tally=tally if fused else None)
     else:
         out = {"train/optimizer_steps": 0.0}
+    if backend.world > 1:
+        tally = BehaviourTally.merged(_gather(tally))
     return {**out, **tally.metrics()}
 
 
@@ -488,6 +490,13 @@ def _collate(seqs: Sequence[_Seq], idx: Sequence[int], device) -> dict[str, torc
                                 device=device)}
 
 
+def rank_groups(part: Sequence[int], rank: int, world: int) -> list[int]:
+    """This rank's whole groups of one mini-batch (group indices `part`): group `part[i]` goes
+    to rank i % world. Every rank holds the same groups (rank 0 drew them and broadcast
+    them), so the shards partition the mini-batch and a group's G rollouts stay together."""
+    return list(part)[rank::world]
+
+
 def split_groups(n_groups: int, parts: int) -> list[list[int]]:
     """Group indices cut into `parts` contiguous, near-equal mini-batches (whole groups)."""
     parts = min(parts, n_groups)
@@ -514,6 +523,13 @@ class BehaviourTally:
         self.tokens += float(mask.sum())
         self.trainer.append(logprobs.detach()[mask])
         self.behaviour.append(behaviour[mask])
+
+    @classmethod
+    def merged(cls, tallies: Sequence[BehaviourTally]) -> BehaviourTally:
+        """One tally of the rows several (ranks') tallies scored."""
+        return cls(sum(t.entropy_sum for t in tallies), sum(t.tokens for t in tallies),
+                   [x for t in tallies for x in t.trainer],
+                   [x for t in tallies for x in t.behaviour])
 
     def metrics(self) -> dict[str, float]:
         if not self.trainer:
@@ -559,14 +575,34 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     uses C = loss.loss_denominator or G·L (sequences × max policy tokens of the
     mini-batch), `token_mean` the mini-batch's policy tokens; `seq_mean` / `turn_mean`
     micro-batch means are weighted by their share of sequences / turns. So the update does
-    not depend on `micro_batch_tokens`."""
+    not depend on `micro_batch_tokens`.
+
+    Data-parallel (`backend.world` > 1, the deepspeed backend under a launcher): every rank
+    is handed the same `groups`, forwards and back-propagates only its whole groups of each
+    mini-batch (`rank_groups`), and divides by the normalisers above, which it counts over
+    the whole mini-batch it holds (the global G·L, token and sequence counts: no count
+    needs a collective). DeepSpeed averages the ranks' gradients, so each rank's loss is
+    multiplied by the world size: the reduced gradient, its pre-clip norm and the step are
+    the one-process ones on the whole batch. The logged metrics are merged over the ranks;
+    `tally` gets this rank's rows only (`BehaviourTally.merged` joins them)."""
     cfg, G = params.loss, params.group_size
+    rank, world = backend.rank, backend.world
     seqs = _sequences(groups, params)
     lengths = [len(s.ids) for s in seqs]
     device = params.device
-    minis = [[gi * G + k for gi in part for k in range(G)]
-             for part in split_groups(len(groups), params.mini_batches)]
-    layout = [micro_batches(lengths, mb, params.micro_batch_tokens) for mb in minis]
+    parts = split_groups(len(groups), params.mini_batches)
+    minis = [[gi * G + k for gi in part for k in range(G)] for part in parts]
+
+    def shard_layout(r: int) -> list[list[list[int]]]:
+        return [micro_batches(lengths, [gi * G + k for gi in rank_groups(part, r, world)
+                                        for k in range(G)], params.micro_batch_tokens)
+                for part in parts]
+
+    layouts = [shard_layout(r) for r in range(world)]
+    layout = layouts[rank]
+    # ZeRO >= 2 reduces gradients at every backward, so every rank makes as many backward
+    # calls per optimizer step as the busiest one (the extra ones back-propagate 0).
+    n_backward = [max(len(lay[j]) for lay in layouts) for j in range(len(parts))]
 
     def score(m, batch, grad: bool, entropy: bool = False):
         with torch.set_grad_enabled(grad):
@@ -574,6 +610,15 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                                      with_entropy=entropy,
                                      entropy_grad=grad and bool(entropy_coef),
                                      chunk_tokens=params.head_chunk_tokens)
+
+    def idle_loss(mb: Sequence[int]) -> torch.Tensor:
+        """0 x the loss of the mini-batch's shortest sequence: the backward a rank whose
+        shard ran out of micro-batches still makes. A real forward, so the parameters'
+        gradients become ready in the order of every other backward — ZeRO-2 fills its
+        reduce buckets in that order and would pair mismatched gradients otherwise."""
+        i = min((i for i in mb if seqs[i].n_policy > 0), key=lambda i: len(seqs[i].ids))
+        batch = _collate(seqs, [i], device)
+        return score(model, batch, True).logprobs.sum() * 0.0
 
     old, ref = {}, {}
     for j, micros in enumerate(layout):
@@ -621,7 +666,9 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                 elif cfg.loss_aggregation == "turn_mean":
                     share = sum(seqs[i].n_turns for i in micro) / max(1, n_turns)
                 loss = out.loss * share
-                backend.backward(loss, last=k == len(micros) - 1)
+                # ranks' gradients are averaged: x world makes the average their sum
+                backend.backward(loss * world, last=k == len(micros) - 1
+                                 and n_backward[j] == len(micros))
                 loss_step += float(loss.detach())
                 w = out.metrics.get("policy_tokens", 0.0)
                 for key, v in out.metrics.items():
@@ -636,10 +683,14 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                 if epoch == 0 and steps == 0 and "ratio_min" in out.metrics:
                     dev = max(abs(out.metrics["ratio_max"] - 1), abs(out.metrics["ratio_min"] - 1))
                     first_dev = dev if first_dev is None else max(first_dev, dev)
+            for k in range(len(micros), n_backward[j]):  # this rank's shard ran out
+                backend.backward(idle_loss(mb), last=k == n_backward[j] - 1)
             lr = lr_at(policy_step + steps, params)
             norms.append(backend.step(lr))
-            losses.append(loss_step)
+            losses.append(backend.all_sum(loss_step))
             steps += 1
+    if world > 1:  # the global batch's metrics, not this rank's share
+        sums, weights, first_dev = _merge_metrics(_gather((sums, weights, first_dev)))
     out_metrics = {f"train/{k}": (v / weights[k] if k in weights and weights[k] else v)
                    for k, v in sums.items()}
     out_metrics.update({
@@ -654,6 +705,35 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     if denominators:
         out_metrics["train/loss_denominator"] = float(denominators[-1])
     return out_metrics
+
+
+def _gather(obj) -> list:
+    """`obj` of every rank, in rank order (torch.distributed, already initialised by the
+    deepspeed backend)."""
+    import torch.distributed as dist
+
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _merge_metrics(per_rank: Sequence[tuple[dict, dict, float | None]]
+                   ) -> tuple[dict[str, float], dict[str, float], float | None]:
+    """The ranks' token-weighted metric sums added, ratio extremes and first-pass ratio
+    deviation taken over all of them: the numbers one process would log for the batch."""
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    devs = [d for _, _, d in per_rank if d is not None]
+    for s, w, _ in per_rank:
+        for key, v in s.items():
+            if key in ("ratio_min", "ratio_max"):
+                pick = min if key == "ratio_min" else max
+                sums[key] = pick(sums.get(key, v), v)
+            else:
+                sums[key] = sums.get(key, 0.0) + v
+        for key, v in w.items():
+            weights[key] = weights.get(key, 0.0) + v
+    return sums, weights, (max(devs) if devs else None)
 
 
 def lr_at(optimizer_step: int, params: GRPOParams) -> float:

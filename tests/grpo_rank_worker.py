@@ -1,0 +1,54 @@
+"""One rank of a data-parallel GRPO update, started by `torchrun` from tests/test_grpo_ranks.py:
+takes one loop step's training half (`train_on`: behaviour metrics + `update_policy`) on the
+recorded groups in GROUPS with the params in PARAMS (JSON) and writes what this rank saw
+(metrics, pre-clip grad norms, a hash of its weights; rank 0 also the weights)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from rlvr.engines.base import SamplingParams
+from rlvr.engines.model_dir import load_policy
+from rlvr.train import grpo
+from rlvr.train.grpo_config import parse_grpo_params
+from rlvr.train.sft import _backend
+
+SCORING = SamplingParams(temperature=0.8)
+
+
+def recording_norms(backend) -> list[float]:
+    """Make `backend.step` append the (pre-clip) gradient norm it returns."""
+    norms: list[float] = []
+    step = backend.step
+
+    def recording(lr):
+        norms.append(step(lr))
+        return norms[-1]
+
+    backend.step = recording
+    return norms
+
+
+def main(base: str, groups_file: str, params_json: str, report_dir: str) -> None:
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    groups = json.loads(Path(groups_file).read_text())
+    params = parse_grpo_params(json.loads(params_json))
+    model = load_policy(base).model
+    model.train()
+    backend = _backend(model, params.optimizer_params())
+    assert backend.world == int(os.environ["WORLD_SIZE"]) and backend.rank == rank
+    norms = recording_norms(backend)
+    metrics = grpo.train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
+    if rank == 0:
+        torch.save(model.state_dict(), Path(report_dir, "weights.pt"))
+    Path(report_dir, f"rank{rank}.json").write_text(json.dumps({
+        "metrics": metrics, "grad_norms": norms, "version": grpo.state_version(model)}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
