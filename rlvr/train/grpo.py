@@ -35,6 +35,22 @@ the first optimizer step of fresh data ρ ≡ 1 bit for bit (`train/first_pass_r
 logged; it must be 0). The recorded behaviour logprobs
 (sampler side) feed the truncated-IS weights and the mismatch metrics, never the ratio.
 
+Data-parallel (`backend: deepspeed` started by a launcher with WORLD_SIZE > 1): rank 0
+alone holds the sampler, rolls out, calls the verifier and keeps the curriculum; it
+broadcasts each step's groups (with the new ledger entries, draw counter and curriculum
+state, `share_groups`), and every rank trains its whole groups of every mini-batch against
+the global normalisers (`update_policy`), so the update, the logged metrics (merged over the
+ranks, logged by rank 0) and the weights equal one process's on the whole batch. Why rank 0
+rolls out rather than each rank its share: the rollouts decide the batch (dynamic sampling
+keeps drawing until `groups_per_step` informative groups are in, the curriculum picks the
+next tasks from every outcome), so sharded rollouts would need a collective per draw to
+agree on when to stop and what the curriculum saw, and the resume guarantee below would
+rest on every rank's shards; one sampler keeps the draw sequence exactly the one-process
+one, at the cost of the other ranks waiting through generation (the update is what they
+share). Rank 0 writes checkpoints (every rank's optimizer state: ZeRO partitions it) and
+the policy while the others wait at a barrier; a checkpoint resumes only on as many ranks
+as wrote it, and every rank reads it from the same path (a shared file system).
+
 Resumption: the run lives in `work_dir/<run key>/` (run key: everything the run depends on
 except `steps` and the checkpoint cadence). A checkpoint is an HF directory (weights,
 tokenizer, `training.json` with the update passport and `policy_step`) plus the optimizer
@@ -123,6 +139,8 @@ class _State:
     curves: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     curriculum: dict[str, Any] | None = None
+    world: int = 1
+    """Ranks that trained (a checkpoint holds one optimizer state per rank)."""
 
 
 # ---- the loop -------------------------------------------------------------------------------
@@ -149,9 +167,16 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     state, ckpt = _load_state(run_dir, params.steps)
     policy = load_policy(ckpt or base_dir, device=params.device, dtype=params.dtype)
     model = policy.model
-    backend = _backend(model, params.optimizer_params(), data_parallel=False)
+    backend = _backend(model, params.optimizer_params())
+    lead = backend.rank == 0
     if ckpt is not None:
-        backend.opt.load_state_dict(torch.load(ckpt / OPTIMIZER, weights_only=True))
+        if state.world != backend.world:
+            raise ConfigError(f"grpo: checkpoint {ckpt} holds the optimizer state of "
+                              f"{state.world} rank(s); this run has {backend.world} (resume "
+                              "with the same number of ranks, or start a new work_dir)")
+        backend.opt.load_state_dict(torch.load(ckpt / optimizer_file(backend.rank),
+                                               weights_only=True))
+    state.world = backend.world
     reference = (load_policy(base_dir, device=params.device, dtype=params.dtype).model
                  if params.loss.uses_reference else None)
     curriculum = Curriculum(list(by_id), params.curriculum, params.group_size, params.seed)
@@ -161,23 +186,25 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     controller.coef = state.entropy_coef if ckpt is not None else params.entropy.coef
     if not state.policy_version:
         state.policy_version = policy.version
-    # The sampler holds its own copy of the weights (as a separate engine would) and gets
-    # the trainer's through the engine protocol after every update.
-    engine = TorchEngine.from_model(copy.deepcopy(model), policy.tokenizer,
-                                    policy_version=state.policy_version,
-                                    policy_step=state.policy_step)
-    acting = wrap_engine(engine) if wrap_engine is not None else engine
     rp = rollout_params(rollout, params, base_dir)
     scoring = SamplingParams.of(rp.decoding, max_new_tokens=1)
     resumed_from, step_seconds = state.step, []
     lock = threading.Lock()
-    make = functools.partial(make_draw, curriculum=curriculum, by_id=by_id, engine=acting,
-                             rp=rp, sandbox_params=sandbox_params, sandbox=sandbox,
-                             verifier=verifier, params=params, parts_root=run_dir / "rollouts",
-                             lock=lock)
-    producer = (DrawProducer(make, acting, state.draws, params.queue_size)
-                if params.max_staleness > 0 and state.step < params.steps else None)
-    next_draw = producer.next if producer is not None else make
+    acting = producer = next_draw = None
+    if lead:  # the sampler, the rollouts and the verifier live on rank 0 alone
+        # The sampler holds its own copy of the weights (as a separate engine would) and
+        # gets the trainer's through the engine protocol after every update.
+        engine = TorchEngine.from_model(copy.deepcopy(model), policy.tokenizer,
+                                        policy_version=state.policy_version,
+                                        policy_step=state.policy_step)
+        acting = wrap_engine(engine) if wrap_engine is not None else engine
+        make = functools.partial(make_draw, curriculum=curriculum, by_id=by_id, engine=acting,
+                                 rp=rp, sandbox_params=sandbox_params, sandbox=sandbox,
+                                 verifier=verifier, params=params,
+                                 parts_root=run_dir / "rollouts", lock=lock)
+        producer = (DrawProducer(make, acting, state.draws, params.queue_size)
+                    if params.max_staleness > 0 and state.step < params.steps else None)
+        next_draw = producer.next if producer is not None else make
     try:
         state = _loop(state, params, model, backend, policy, base_dir, run_dir, reference,
                       curriculum, controller, acting, producer, next_draw, scoring, lock,
@@ -187,8 +214,10 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
             producer.close()
     found = pathology.detect(state.curves, params.pathology)
     model.eval()
-    write_policy(out_dir, model, policy, base_dir,
-                 card(base_dir, params, state, found, curriculum.report()))
+    if lead:
+        write_policy(out_dir, model, policy, base_dir,
+                     card(base_dir, params, state, found, curriculum.report()))
+    backend.barrier()  # no rank returns before the policy directory exists
     return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
                       policy_version=state.policy_version, curves=state.curves,
                       flags=pathology.flags(found), findings=found, ledger=state.ledger,
@@ -204,7 +233,7 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
     for step in range(state.step + 1, params.steps + 1):
         t0 = time.perf_counter()
         torch.manual_seed(params.seed * 1_000_003 + step)
-        groups, timing = collect_groups(step, state, curriculum, next_draw, params, lock)
+        groups, timing = share_groups(step, state, curriculum, next_draw, params, lock, backend)
         with lock:
             metrics = {**timing, **rollout_metrics(groups, state, curriculum)}
         if timing["time/rollout_s"] > 0:  # share of rollout wall time the engine generated
@@ -215,11 +244,11 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
                        state.policy_step)
         if upd["train/optimizer_steps"]:
             state.policy_step += int(upd["train/optimizer_steps"])
-            state.policy_version = state_version(model)
+            state.policy_version = state_version(model)  # the same weights on every rank
             state.published.append(state.policy_step)
             if producer is not None:  # loaded by the producer before its next draw
                 producer.publish(model.state_dict(), state.policy_version, state.policy_step)
-            else:
+            elif acting is not None:
                 acting.sync_weights(model.state_dict(), state.policy_version,
                                     state.policy_step)
         metrics.update(upd)
@@ -241,7 +270,8 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
         metrics["time/step_s"] = time.perf_counter() - t0
         metrics["memory/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         step_seconds.append(metrics["time/step_s"])
-        log(step, metrics)
+        if backend.rank == 0:  # global numbers (and rank 0's clocks): logged once
+            log(step, metrics)
     return state
 
 
@@ -333,6 +363,28 @@ def versions_behind(state: _State, rollout_step: int) -> int:
     (`epochs` x `mini_batches`) it took, so `max_staleness: 1` admits a draw made with the
     weights one update behind."""
     return sum(rollout_step < p <= state.policy_step for p in state.published)
+
+
+def share_groups(step: int, state: _State, curriculum: Curriculum,
+                 next_draw: Callable[[int], Draw] | None, params: GRPOParams,
+                 lock: threading.Lock, backend) -> tuple[list[dict], dict[str, float]]:
+    """`collect_groups` on rank 0; with several ranks, its groups, the new ledger entries,
+    the draw counter and the curriculum state are broadcast, so every rank trains on the same
+    step batch and holds the same loop state (module docstring: data-parallel)."""
+    if backend.world == 1:
+        return collect_groups(step, state, curriculum, next_draw, params, lock)
+    payload = None
+    if backend.rank == 0:
+        before = len(state.ledger)
+        groups, timing = collect_groups(step, state, curriculum, next_draw, params, lock)
+        with lock:
+            payload = (groups, timing, state.draws, state.ledger[before:], curriculum.state())
+    groups, timing, draws, entries, cur = backend.from_rank0(payload)
+    if backend.rank != 0:
+        state.draws = draws
+        state.ledger.extend(entries)
+        curriculum.load_state(cur)
+    return groups, timing
 
 
 def collect_groups(step: int, state: _State, curriculum: Curriculum,
@@ -900,16 +952,25 @@ def save_checkpoint(run_dir: Path, model, backend, policy, base_dir: Path, param
     state, written to a temp dir and renamed into place; older ones beyond
     `keep_checkpoints` (and any of a longer earlier run, past this step) are removed."""
     dest = run_dir / "checkpoints" / f"step-{state.step:06d}"
-    extra = {OPTIMIZER: backend.opt.state_dict(),
-             STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
-    write_policy(dest, model, policy, base_dir, card(base_dir, params, state, found, None),
-                 extra=extra)
-    ckpts = _checkpoints(run_dir)
-    later = [c for c in ckpts if int(c.name.split("-")[1]) > state.step]  # of a longer run
-    mine = [c for c in ckpts if c not in later]
-    for old in mine[:-params.keep_checkpoints] + later:
-        shutil.rmtree(old, ignore_errors=True)
+    # ZeRO >= 1 partitions the optimizer state: every rank's part is kept (rank 0 writes)
+    opts = _gather(backend.opt.state_dict()) if backend.world > 1 else [backend.opt.state_dict()]
+    if backend.rank == 0:
+        extra = {**{optimizer_file(r): o for r, o in enumerate(opts)},
+                 STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
+        write_policy(dest, model, policy, base_dir, card(base_dir, params, state, found, None),
+                     extra=extra)
+        ckpts = _checkpoints(run_dir)
+        later = [c for c in ckpts if int(c.name.split("-")[1]) > state.step]  # of a longer run
+        mine = [c for c in ckpts if c not in later]
+        for old in mine[:-params.keep_checkpoints] + later:
+            shutil.rmtree(old, ignore_errors=True)
+    backend.barrier()  # no rank goes on (or may be killed) before the checkpoint is whole
     return dest
+
+
+def optimizer_file(rank: int) -> str:
+    """A checkpoint's optimizer state of `rank` (rank 0's name is that of one process)."""
+    return OPTIMIZER if rank == 0 else f"optimizer-rank{rank}.pt"
 
 
 def card(base_dir: Path, params: GRPOParams, state: _State, found, curriculum_report

@@ -79,7 +79,9 @@ class GRPOParams:
     device: str = "cpu"
     backend: Literal["torch", "deepspeed"] = "torch"
     """torch: AdamW; deepspeed: the same AdamW under a DeepSpeed engine (rlvr/train/sft.py,
-    ZeRO `zero_stage`, world size 1)."""
+    ZeRO `zero_stage`). Started by a launcher with several ranks (`torchrun`, `deepspeed`)
+    the deepspeed backend trains data-parallel over whole groups; rank 0 rolls out
+    (rlvr/train/grpo.py, data-parallel)."""
     zero_stage: int = 0
     loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
     """The SPEC §7 loss: advantage estimator and reward scaling, ratio level, clip range

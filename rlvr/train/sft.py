@@ -350,11 +350,10 @@ def _optimizer(model, p: SFTParams) -> torch.optim.Optimizer:
                              foreach=True)
 
 
-def _backend(model, p: SFTParams, data_parallel: bool = True):
-    """The optimizer backend; `data_parallel=False`: a loop that does not shard its batch
-    (GRPO) refuses several ranks instead of repeating the same update on each."""
-    return (_DeepSpeedBackend(model, p, data_parallel) if p.backend == "deepspeed"
-            else _TorchBackend(model, p))
+def _backend(model, p: SFTParams):
+    """The optimizer backend. Under a launcher the deepspeed one is data-parallel: its user
+    (SFT here, GRPO in rlvr/train/grpo.py) shards each step's batch over `rank` / `world`."""
+    return _DeepSpeedBackend(model, p) if p.backend == "deepspeed" else _TorchBackend(model, p)
 
 
 class _TorchBackend:
@@ -404,14 +403,11 @@ class _DeepSpeedBackend(_TorchBackend):
     and `step` reduces, clips and updates once. The loss is already divided by the global
     normaliser, so DeepSpeed must not rescale it (`scale_wrt_gas=False`)."""
 
-    def __init__(self, model, p: SFTParams, data_parallel: bool = True):
+    def __init__(self, model, p: SFTParams):
         import deepspeed
 
         super().__init__(model, p)
         self.rank, self.world = _init_distributed(p.device)
-        if self.world > 1 and not data_parallel:
-            raise ConfigError(f"backend: deepspeed at world size {self.world}: this trainer "
-                              "does not shard its data across ranks; run one process")
         config = {
             "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
             "gradient_clipping": p.grad_clip, "zero_optimization": {"stage": p.zero_stage},
