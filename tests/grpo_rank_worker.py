@@ -1,7 +1,12 @@
-"""One rank of a data-parallel GRPO update, started by `torchrun` from tests/test_grpo_ranks.py:
-takes one loop step's training half (`train_on`: behaviour metrics + `update_policy`) on the
-recorded groups in GROUPS with the params in PARAMS (JSON) and writes what this rank saw
-(metrics, pre-clip grad norms, a hash of its weights; rank 0 also the weights)."""
+"""One rank of a data-parallel GRPO run, started by `torchrun` from tests/test_grpo_ranks.py.
+
+`update BASE GROUPS PARAMS REPORT`: one loop step's training half (`train_on`: behaviour
+metrics + `update_policy`) on the recorded groups in GROUPS (JSON) with the params in PARAMS
+(JSON); writes what this rank saw (metrics, pre-clip grad norms, a hash of its weights; rank
+0 also the weights).
+`loop BASE PARAMS OUT WORK REPORT`: the online loop (`train_grpo`) on agentkit's two tiny
+tasks with test_grpo's forced-fix engine and fake verifier; writes this rank's ledger,
+curves, policy step, how often it called the verifier and the log callback."""
 from __future__ import annotations
 
 import json
@@ -33,7 +38,7 @@ def recording_norms(backend) -> list[float]:
     return norms
 
 
-def main(base: str, groups_file: str, params_json: str, report_dir: str) -> None:
+def update(base: str, groups_file: str, params_json: str, report_dir: str) -> None:
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
     groups = json.loads(Path(groups_file).read_text())
@@ -50,5 +55,30 @@ def main(base: str, groups_file: str, params_json: str, report_dir: str) -> None
         "metrics": metrics, "grad_norms": norms, "version": grpo.state_version(model)}))
 
 
+def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> None:
+    from test_grpo import FORCED_BUDGETS, SANDBOX, _forced, _rollout, fake_verifier
+
+    from agentkit import count_task, take_task
+    from rlvr.agent.transcript import ChatCodec
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    params = parse_grpo_params(json.loads(params_json))
+    calls, logged = [], []
+
+    def verifier(tasks, patches):
+        calls.append(len(patches))
+        return fake_verifier(tasks, patches)
+
+    result = grpo.train_grpo(base, [count_task(), take_task()], params,
+                             _rollout(**FORCED_BUDGETS), SANDBOX, out, work, verifier=verifier,
+                             wrap_engine=_forced(ChatCodec.from_model_dir(base)),
+                             log=lambda step, m: logged.append(step))
+    Path(report_dir, f"rank{rank}.json").write_text(json.dumps({
+        "ledger": result.ledger, "curves": result.curves, "policy_step": result.policy_step,
+        "resumed_from": result.resumed_from, "verifier_calls": len(calls), "logged": logged,
+        "version": grpo.state_version(result.model)}))
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    {"update": update, "loop": loop}[sys.argv[1]](*sys.argv[2:])

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 from grpo_rank_worker import SCORING, recording_norms
 
 from agentkit import synthetic_groups
 from rlvr.engines.model_dir import load_policy
+from rlvr.errors import ConfigError
 from rlvr.train import grpo
 from rlvr.train.grpo_config import parse_grpo_params
 from rlvr.train.sft import _backend
@@ -46,7 +48,7 @@ def test_rank_groups_partition_a_mini_batch_by_whole_groups():
     assert grpo.rank_groups([7], 1, 2) == []      # a rank may hold no group of a mini-batch
 
 
-def _launch(policy_dir, groups_file, params, report, nproc=2):
+def _launch(*args, nproc=2):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", RLVR_PROGRESS="0",
@@ -54,8 +56,7 @@ def _launch(policy_dir, groups_file, params, report, nproc=2):
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
          "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-         str(ROOT / "tests/grpo_rank_worker.py"), str(policy_dir), str(groups_file),
-         json.dumps(params), str(report)],
+         str(ROOT / "tests/grpo_rank_worker.py"), *map(str, args)],
         env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
@@ -83,8 +84,8 @@ def test_two_deepspeed_ranks_take_the_one_process_grpo_update(policy_dir, tmp_pa
     want = grpo.train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
     report = tmp_path / "report"
     report.mkdir()
-    _launch(policy_dir, groups_file, {**kw, "backend": "deepspeed", "zero_stage": stage},
-            report)
+    _launch("update", policy_dir, groups_file,
+            json.dumps({**kw, "backend": "deepspeed", "zero_stage": stage}), report)
     one, two = (json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1))
     assert one["metrics"] == two["metrics"]          # global numbers on every rank
     assert one["version"] == two["version"]          # every rank ends with the same weights
@@ -112,3 +113,63 @@ def test_two_deepspeed_ranks_take_the_one_process_grpo_update(policy_dir, tmp_pa
         assert torch.allclose(a, weights[name], atol=1e-6, rtol=1e-5), name
     base = load_policy(policy_dir).model.state_dict()
     assert any(not torch.equal(base[n], w) for n, w in weights.items())  # the step moved them
+
+
+LOOP = {"group_size": 2, "groups_per_step": 4, "tasks_per_draw": 2, "max_draws": 2,
+        "consensus_runs": 1, "learning_rate": 1e-2}
+
+
+def test_the_loop_on_two_ranks_draws_and_trains_as_one_process(tmp_path, bwrap_sandbox):
+    """Two ranks (ZeRO 2) run step 1, are stopped, and resume from its checkpoint (every
+    rank's optimizer partition) for step 2: the same groups, policy steps, curves and
+    weights as one process's 2-step run. Rank 0 alone rolls out, verifies and logs."""
+    from test_grpo import FORCED_BUDGETS, SANDBOX, _forced, _rollout, fake_verifier
+
+    from agentkit import count_task, take_task, tiny_policy_dir
+    from rlvr.agent.transcript import ChatCodec
+
+    base = tiny_policy_dir()
+    tasks = [count_task(), take_task()]
+    whole = grpo.train_grpo(base, tasks, parse_grpo_params({**LOOP, "steps": 2}),
+                            _rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "one-out",
+                            tmp_path / "one-work", verifier=fake_verifier,
+                            wrap_engine=_forced(ChatCodec.from_model_dir(base)))
+    assert whole.policy_step == 2
+    ds = {**LOOP, "backend": "deepspeed", "zero_stage": 2}
+    reports = []
+    for steps in (1, 2):
+        report = tmp_path / f"report{steps}"
+        report.mkdir()
+        _launch("loop", base, json.dumps({**ds, "steps": steps}), tmp_path / "ds-out",
+                tmp_path / "ds-work", report)
+        reports.append([json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1)])
+    ckpt = next((tmp_path / "ds-work").glob("*/checkpoints/step-000001"))
+    assert (ckpt / "optimizer.pt").is_file() and (ckpt / "optimizer-rank1.pt").is_file()
+    (a0, a1), (b0, b1) = reports
+    assert b0["resumed_from"] == b1["resumed_from"] == 1
+    assert a0["verifier_calls"] > 0 and a1["verifier_calls"] == b1["verifier_calls"] == 0
+    assert (a0["logged"], b0["logged"], a1["logged"], b1["logged"]) == ([1], [2], [], [])
+    key = lambda g: (g["step"], g["draw"], g["group_id"], g["status"], g["rewards"],  # noqa: E731
+                     tuple(g["trajectory_ids"]))
+    for rank in (b0, b1):                         # every rank holds the whole loop state
+        assert [key(g) for g in rank["ledger"]] == [key(g) for g in whole.ledger]
+        assert rank["policy_step"] == whole.policy_step
+    assert b0["version"] == b1["version"]
+    assert b0["curves"] == b1["curves"]
+    assert len(b0["curves"]) == len(whole.curves) == 2
+    for got, want in zip(b0["curves"], whole.curves):
+        assert set(got) == set(want)
+        for k, v in want.items():
+            assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    weights = AutoModelForCausalLM.from_pretrained(tmp_path / "ds-out").state_dict()
+    # AdamW moves an entry by up to ~lr a step whatever its gradient's size, so an entry
+    # whose gradient is a sum of nearly cancelling terms carries their rounding (a different
+    # order on two ranks) into the weights: seen up to 1.2e-5 after 2 steps of lr 1e-2 on the
+    # tied embedding, so the bound is 1e-3 of the largest possible move (2 x lr)
+    tol = 1e-3 * 2 * LOOP["learning_rate"]
+    for name, a in whole.model.state_dict().items():
+        assert torch.allclose(a, weights[name], atol=tol, rtol=0), name
+    with pytest.raises(ConfigError, match="optimizer state of 2 rank"):   # one process
+        grpo.train_grpo(base, tasks, parse_grpo_params({**ds, "steps": 3}),
+                        _rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "x",
+                        tmp_path / "ds-work", verifier=fake_verifier)
