@@ -49,7 +49,9 @@ rest on every rank's shards; one sampler keeps the draw sequence exactly the one
 one, at the cost of the other ranks waiting through generation (the update is what they
 share). Rank 0 writes checkpoints (every rank's optimizer state: ZeRO partitions it) and
 the policy while the others wait at a barrier; a checkpoint resumes only on as many ranks
-as wrote it, and every rank reads it from the same path (a shared file system).
+as wrote it, and every rank reads it from the same path (a shared file system). The
+waiting ranks sit in a broadcast through rank 0's rollouts and verification, so a step must
+finish within the process group's timeout (torch.distributed's default, 30 minutes).
 
 Resumption: the run lives in `work_dir/<run key>/` (run key: everything the run depends on
 except `steps` and the checkpoint cadence). A checkpoint is an HF directory (weights,
@@ -284,7 +286,9 @@ def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOPa
     `train/optimizer_steps` = 0). The rows the update trains on are measured inside its
     own first forward, the rest (dropped groups) by a no-grad pass before it, so no row is
     scored twice; a model whose train mode differs from eval mode (dropout) gets the
-    separate eval-mode pass over every row instead."""
+    separate eval-mode pass over every row instead. With several ranks each scores its share
+    of those rows (and trains its groups) and the tallies are joined, so every rank returns
+    the metrics of all of them."""
     kept = [g for g in groups if g["status"] == "accepted"]
     fused = bool(kept) and same_in_train_mode(model)
     rest = [r for g in groups if not (fused and g["status"] == "accepted") for r in g["rows"]]
