@@ -97,6 +97,9 @@ def sweep_pretrain(args) -> None:
     evaluation = {*split.heldout_families, *split.regression_families}
     recipe = {"line_shift": args.line_shift, "rename_paths": args.rename_paths,
               "train_on": args.train_on, "drills": args.drills, "address": args.address}
+    # named in the key only when set, so the keys of earlier rows stay what they were
+    recipe.update({k: v for k, v in (("episodes", args.episodes),
+                                     ("batch_size", args.batch_size)) if v is not None})
     key = f"{args.size}-{args.steps}-" + "-".join(f"{v}" for v in recipe.values())
     work = args.work / f"pretrain-{key}"
     texts, _ = policy_corpus(ROOT, seed=policy.seed, synthetic_samples=policy.synthetic_samples,
@@ -315,6 +318,8 @@ def main() -> None:
     p.add_argument("--drills", type=int, default=0, help="policy.pretrain.drills")
     p.add_argument("--address", choices=("line", "suspect", "fix"), default="line",
                    help="policy.pretrain.address")
+    p.add_argument("--episodes", type=int, help="policy.pretrain.episodes (default: params.yaml)")
+    p.add_argument("--batch-size", type=int, help="policy.pretrain.batch_size (default: params.yaml)")
     d = sub.add_parser("demos")
     d.add_argument("--root", type=Path, default=ROOT, help="a checkout after `make pipeline`")
     d.add_argument("--demos", type=int, nargs="+", default=[44, 87, 174])

@@ -25,6 +25,8 @@ Tools:
 - edit {"path": str, "line": int, "old": str, "new": str}: in line `line`, replace `old` (once in that line) by `new`
 - edit {"path": str, "old": str, "new": str}: replace text that occurs exactly once
 - edit {"path": str, "hunk": str}: apply one unified-diff hunk
+- edit {"suspect": int, "old": str, "new": str}: the same within suspicious line `suspect` (1 = first listed)
+- edit {"suspect": int, "fix": str, "nth": int?}: rewrite that line's nth site: fix is a comparison or arithmetic operator, and, or, True, False, +1, -1, not, swap
 - submit {}: finish; the source files as they are now are your answer
 Hidden tests will check the fix."""
 
