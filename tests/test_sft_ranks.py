@@ -48,8 +48,29 @@ def _launch(policy_dir, rows_file, params, out, report, nproc=2):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("stage", [0, 2])
-def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_path, stage):
+@pytest.mark.parametrize("stage, uneven", [(0, False), (2, False), (2, True)])
+def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_path, stage,
+                                                         uneven):
+    """uneven: the ranks' shards cut into different numbers of micro-batches, and under
+    ZeRO-2 (a reduce at every backward) the rank with fewer still makes as many."""
+    from test_sft import transcript
+
+    from rlvr.engines.model_dir import load_tokenizer
+    from rlvr.train.sft import batch_plan, micro_batches
+
+    tok = load_tokenizer(policy_dir)
+    if uneven:
+        rows = [transcript(tok, i, turns=9 if i % 5 == 0 else 1) for i in range(10)]  # 459 | 67
+    micro_tokens = 250 if uneven else STEP["micro_batch_tokens"]
+    step = {**STEP, "micro_batch_tokens": micro_tokens}
+    lengths = [len(r["token_ids"]) for r in rows]
+    _, next_batch = batch_plan(len(rows), SFTParams(**step))
+    counts = []
+    for _ in range(STEP["max_steps"]):
+        batch = next_batch()
+        counts.append(len({len(micro_batches(lengths, rank_shard(lengths, batch, r, 2),
+                                             micro_tokens)) for r in (0, 1)}) > 1)
+    assert any(counts) == uneven, counts  # the case each point covers
     from transformers import AutoModelForCausalLM
 
     rows_file = tmp_path / "rows.json"
@@ -57,10 +78,10 @@ def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_p
     report = tmp_path / "report"
     report.mkdir()
     norms = []
-    ref = train_sft(policy_dir, rows, rows[:2], SFTParams(**STEP), tmp_path / "torch",
+    ref = train_sft(policy_dir, rows, rows[:2], SFTParams(**step), tmp_path / "torch",
                     log=lambda step, m: norms.append(m["train/grad_norm"])
                     if "train/grad_norm" in m else None)
-    _launch(policy_dir, rows_file, {**STEP, "backend": "deepspeed", "zero_stage": stage},
+    _launch(policy_dir, rows_file, {**step, "backend": "deepspeed", "zero_stage": stage},
             tmp_path / "ds", report)
     one, two = (json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1))
     assert one["probed"] == [2] and two["probed"] == []           # rank 0 alone probes ...

@@ -251,17 +251,25 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         batch = next_batch()
         n_policy = sum(train[i].n_policy for i in batch)  # the normaliser, once per step
         loss_step = 0.0
-        shard = rank_shard(lengths, batch, backend.rank, backend.world)
-        micros = micro_batches(lengths, shard, params.micro_batch_tokens)
-        for k, micro in enumerate(micros):
-            ids, only = collate(train, micro, params.device)
+        layouts = [micro_batches(lengths, rank_shard(lengths, batch, r, backend.world),
+                                 params.micro_batch_tokens) for r in range(backend.world)]
+        micros = layouts[backend.rank]
+        # ZeRO >= 2 reduces gradients at every backward, so every rank makes as many backward
+        # calls as the busiest one; an extra one back-propagates 0 x a real forward (of the
+        # batch's shortest row), so gradients become ready in the same order on every rank
+        n_backward = max(map(len, layouts))
+        idle = [min(batch, key=lambda i: lengths[i])]
+        for k in range(n_backward):
+            own = k < len(micros)
+            ids, only = collate(train, micros[k] if own else idle, params.device)
             lp = sequence_logprobs(model, ids, None, only=only,
                                    chunk_tokens=params.head_chunk_tokens).logprobs
-            loss = masked_nll(lp, only, n_policy)
+            loss = masked_nll(lp, only, n_policy) * (1.0 if own else 0.0)
             # ranks' gradients are averaged: x world makes the average their sum
-            backend.backward(loss * backend.world, last=k == len(micros) - 1)
-            loss_step += float(loss.detach())
-            npad += ids.numel()
+            backend.backward(loss * backend.world, last=k == n_backward - 1)
+            if own:
+                loss_step += float(loss.detach())
+                npad += ids.numel()
         loss_step = backend.all_sum(loss_step)
         grad_norm = backend.step(lr_at(step - 1, total, params))
         tok += sum(lengths[i] for i in batch)
