@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.errors import ConfigError
 from rlvr.tasks.corpus import CorpusLockError, Library, load_lock
 from rlvr.tasks.synth.corpus_families import corpus_families, corpus_family
 from rlvr.tasks.synth.pipeline import graded_family
@@ -92,8 +93,8 @@ def test_malformed_libraries_are_named_errors(tmp_path):
 
 def test_an_unknown_library_in_params_is_named():
     lock = load_lock()
-    with pytest.raises(CorpusLockError, match="synthesize.corpus.libraries: unknown library "
-                                              "'nope'"):
+    with pytest.raises(ConfigError, match="synthesize.corpus.libraries: unknown library "
+                                          "'nope'"):
         corpus_families(lock, CACHE, ["nope"])
 
 

@@ -292,7 +292,7 @@ class ToolExecutor:
                 result = self.sandbox.run([self.sandbox.python, "-m", "pytest", *args],
                                           mounts=mounts, cwd="/work", env=env,
                                           limits=self.limits,
-                                          task_env=task_env or None)
+                                          task_env=task_env)
             except Exception as exc:  # noqa: BLE001 - any sandbox failure is infrastructure
                 return (f"error: the test sandbox failed ({type(exc).__name__}); this is not "
                         "your fault"), "infra_error", f"{type(exc).__name__}: {exc}"

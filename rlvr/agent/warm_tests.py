@@ -156,7 +156,7 @@ class WarmTestServer:
         try:
             handle = _spawn(self.sandbox.serve, argv, mounts=self.mounts, cwd="/work",
                             env=self.env, limits=server_limits(self.limits), supervisor=True,
-                            task_env=self.task_env or None)
+                            task_env=self.task_env)
         except Exception as exc:  # noqa: BLE001 - no server: the cold path still works
             raise WarmUnavailable(f"server did not start: {type(exc).__name__}: {exc}") from exc
         self.handle = handle

@@ -117,7 +117,7 @@ def diagnose(task, state: dict[str, str], sandbox, *, limits=None) -> Diagnosis:
                 "-p", _PLUGIN_NAME]
         result = sandbox.run(argv, mounts=mounts, cwd="/work", env=env,
                              limits=limits or Limits(),
-                             task_env=task_env or None)
+                             task_env=task_env)
         diag = Diagnosis(exit_code=result.exit_code,
                          output=((result.stdout or "") + (result.stderr or ""))[-2000:])
         report = out / "report.jsonl"

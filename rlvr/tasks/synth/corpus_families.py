@@ -23,9 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from rlvr.errors import ConfigError
 from rlvr.sandbox.envs import parse_dependencies
 from rlvr.tasks.corpus import CorpusLockError, Library, Lock, source_dir
-from rlvr.tasks.synth.seeds import SeedFamily, usable
+from rlvr.tasks.synth.seeds import SeedFamily, read_tree, usable
 
 CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 _NOT_PACKAGES = {"tests", "test", "docs", "doc", "benchmark", "benchmarks", "scripts", "tools"}
@@ -52,7 +53,7 @@ def corpus_family(lib: Library, root: Path | str) -> SeedFamily:
     if not root.is_dir():
         raise CorpusLockError(f"library '{lib.name}': {root} not found (fetch the corpus: "
                               "python scripts/fetch_corpus.py)")
-    tree = _read_tree_text(root)
+    tree = read_tree(root, strict=False)
     test_roots = [t.rstrip("/") for t in lib.tests]
     repo: dict[str, str] = {}
     for pkg in package_dirs(root, lib.layout):
@@ -86,23 +87,6 @@ def corpus_family(lib: Library, root: Path | str) -> SeedFamily:
     return SeedFamily(lib.name, repo, tests, deps)
 
 
-def _read_tree_text(root: Path) -> dict[str, str]:
-    """`seeds._read_tree` minus binary files (compiled catalogues, images): an sdist has
-    them, the task snapshot has no use for them."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        if not path.is_file() or path.is_symlink():
-            continue
-        rel = path.relative_to(root)
-        if {"__pycache__", ".git"} & set(rel.parts) or path.suffix in (".pyc", ".pyo"):
-            continue
-        try:
-            out[rel.as_posix()] = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            continue
-    return out
-
-
 def corpus_families(lock: Lock, cache: Path | str, names: Sequence[str] = ()) -> tuple[
         list[SeedFamily], dict[str, str]]:
     """(usable families in name order, {skipped library: reason}) of the libraries in
@@ -110,7 +94,7 @@ def corpus_families(lock: Lock, cache: Path | str, names: Sequence[str] = ()) ->
     known = {lib.name: lib for lib in lock.libraries}
     for name in names:
         if name not in known:
-            raise CorpusLockError(f"synthesize.corpus.libraries: unknown library '{name}' "
-                                  f"(in the lock: {', '.join(sorted(known))})")
+            raise ConfigError(f"synthesize.corpus.libraries: unknown library '{name}' "
+                              f"(in the lock: {', '.join(sorted(known))})")
     return usable([corpus_family(known[name], source_dir(known[name], cache))
                    for name in sorted(names or known)])

@@ -55,24 +55,32 @@ class SeedFamily:
         return files_hash(files)
 
 
-def _read_tree(root: Path) -> dict[str, str]:
+def read_tree(root: Path, *, strict: bool = True) -> dict[str, str]:
+    """relative path -> text of the files under `root` (caches and bytecode left out).
+    strict (a seed family, written for this repo): a symlink or a non-UTF-8 file is an
+    error; not strict (an unpacked sdist, which ships compiled catalogues and images the
+    task snapshot has no use for): they are skipped."""
     files = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if _SKIP_PARTS & set(rel.parts) or not path.is_file() or path.suffix in (".pyc", ".pyo"):
             continue
         if path.is_symlink():
+            if not strict:
+                continue
             raise TaskFormatError(f"{path}: symlinks are not allowed in a seed family")
         try:
             files[rel.as_posix()] = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
+            if not strict:
+                continue
             raise TaskFormatError(f"{path}: not a UTF-8 text file") from None
     return files
 
 
 def load_family(root: Path | str) -> SeedFamily:
     root = Path(root)
-    files = _read_tree(root)
+    files = read_tree(root)
     prefix = TESTS_DIR + "/"
     tests = {p[len(prefix):]: c for p, c in files.items() if p.startswith(prefix)}
     repo = {p: c for p, c in files.items() if not p.startswith(prefix)}
