@@ -1,0 +1,147 @@
+"""The "Learning II" claim: GRPO checkpoints over several seeds against the SFT checkpoint they
+start from, paired on the same seeded evaluation tasks and sample seeds (LEARNING.md).
+
+Reads what `make pipeline` left in `--root` (the task pool, the SFT policy, params.yaml),
+trains one GRPO checkpoint per seed with the library (`rlvr.train.grpo.train_grpo`, what
+stage `grpo` runs, with `--steps` / `--lr` / `--max-tasks` overriding `grpo.*`), evaluates
+SFT once and every seed's checkpoint as runs of one checkpoint `grpo`
+(`rlvr.evaluate.run.evaluate_checkpoint`), so the paired difference pools the seeds, and
+writes the report, the training curves (reward, entropy, informative fraction per step and
+seed) and the pass@k curves:
+
+    .venv/bin/python bench/learning_grpo.py --root /path/to/pipeline/checkout --seeds 0 1 2 \\
+        --steps 12 --out docs/learning/grpo
+
+`--preset collapse` is the run engineered to collapse (issue "Learning II" must-show 4): a
+tiny task set, a high learning rate, no KL, entropy control off. Its report carries the
+pathology flags the trainer raised (`training.json` `flags`), which the release gate reads.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
+from rlvr.artifacts.io import write_json  # noqa: E402
+from rlvr.enclave.batch import VerifyParams, verify_patches  # noqa: E402
+from rlvr.enclave.core import Enclave  # noqa: E402
+from rlvr.evaluate.params import load_params as load_eval_params  # noqa: E402
+from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
+from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
+from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
+from rlvr.tasks.pool import select_tasks  # noqa: E402
+from rlvr.train.grpo import train_grpo  # noqa: E402
+from rlvr.train.grpo_config import load_grpo_params  # noqa: E402
+
+CURVES = ("train/reward", "train/pass_at_1", "train/entropy", "train/informative_fraction")
+
+
+def preset(params, name: str, args):
+    """`grpo` params of the run: the DAG's, with this bench's overrides."""
+    over = {k: v for k, v in (("steps", args.steps), ("learning_rate", args.lr),
+                              ("max_tasks", args.max_tasks)) if v is not None}
+    if name == "collapse":  # tiny task set, high lr, no KL, no entropy control
+        over = {"max_tasks": 4, "learning_rate": 3e-3, "steps": 12, **over}
+        params = dataclasses.replace(
+            params, loss=dataclasses.replace(params.loss, beta=0.0),
+            entropy=dataclasses.replace(params.entropy, coef=0.0, eta=0.0))
+    return dataclasses.replace(params, **over)
+
+
+def plot_curves(curves: dict[int, list[dict]], png: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(3.2 * len(CURVES), 3.2))
+    for seed, rows in sorted(curves.items()):
+        for ax, key in zip(axes, CURVES):
+            pts = [(r["step"], r[key]) for r in rows if key in r]
+            if pts:
+                ax.plot(*zip(*pts), "o-", ms=3, lw=1, label=f"seed {seed}")
+    for ax, key in zip(axes, CURVES):
+        ax.set(xlabel="loop step", title=key.removeprefix("train/"))
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, required=True, help="a checkout after `make pipeline`")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--preset", choices=("healthy", "collapse"), default="healthy")
+    ap.add_argument("--steps", type=int, help="grpo.steps (default: params.yaml)")
+    ap.add_argument("--lr", type=float, help="grpo.learning_rate (default: params.yaml)")
+    ap.add_argument("--max-tasks", type=int, help="grpo.max_tasks (default: params.yaml)")
+    ap.add_argument("--tiers", nargs="+", default=["train", "heldout_function", "heldout",
+                                                    "regression"])
+    ap.add_argument("--out", type=Path, default=ROOT / "docs/learning/grpo")
+    ap.add_argument("--work", type=Path, default=ROOT / "build/learning-grpo")
+    args = ap.parse_args()
+    os.environ.setdefault("RLVR_TRACKING", "off")
+    params_file = args.root / "params.yaml"
+    grpo = preset(load_grpo_params(params_file), args.preset, args)
+    rollout, sandbox = load_rollout_params(params_file)
+    evalp, _ = load_eval_params(params_file)
+    pool = [args.root / "artifacts/tasks_authored.parquet",
+            args.root / "artifacts/tasks_synthetic.parquet"]
+    sets = [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,
+                                  evalp.seed) if s.tier in args.tiers]
+    base = args.root / "models/policy-sft"
+    work = args.work / args.preset
+    summary: dict = {"preset": args.preset, "seeds": args.seeds, "base": str(base),
+                     "grpo": dataclasses.asdict(grpo), "sets": manifest(sets), "runs": {}}
+    curves: dict[int, list[dict]] = {}
+    verify = VerifyParams(seed=grpo.verify_seed, consensus_runs=grpo.consensus_runs)
+    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
+                 workers=sandbox.workers, consensus_runs=grpo.consensus_runs) as enclave:
+        def verifier(task_list, patches):
+            return verify_patches(task_list, patches, verify, sandbox, enclave=enclave,
+                                  where="grpo")
+
+        rows = evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft", enclave=enclave)
+        for seed in args.seeds:
+            p = dataclasses.replace(grpo, seed=seed)
+            tasks = select_tasks(pool, p.split, p.max_tasks, p.seed)
+            t0 = time.perf_counter()
+            result = train_grpo(base, tasks, p, rollout, sandbox, work / f"seed{seed}",
+                                work / f"seed{seed}-work", verifier=verifier)
+            curves[seed] = result.curves
+            summary["runs"][f"seed{seed}"] = {
+                "tasks": len(tasks), "steps": result.steps, "policy_step": result.policy_step,
+                "flags": result.flags, "seconds": round(time.perf_counter() - t0, 1),
+                "groups": {s: sum(g["status"] == s for g in result.ledger)
+                           for s in ("accepted", "identical_rewards", "infra_error", "surplus")},
+                "curves": result.curves}
+            print(f"seed {seed}: {result.steps} steps, {result.policy_step} optimizer steps, "
+                  f"flags {[k for k, v in result.flags.items() if v]}", flush=True)
+            rows += evaluate_checkpoint(work / f"seed{seed}", sets, evalp, sandbox,
+                                        checkpoint="grpo", run=f"seed{seed}", enclave=enclave)
+    write_eval(work / "eval.parquet", rows)
+    report = build_report(rows, checkpoints=["sft", "grpo"], level=evalp.level,
+                          n_boot=evalp.bootstrap, seed=evalp.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot_curves(curves, args.out / f"{args.preset}_curves.png",
+                f"GRPO from SFT, preset {args.preset}, seeds {args.seeds}")
+    write_plots(pass_at_k_table(rows), args.out / f"{args.preset}_pass_at_k.png",
+                args.out / f"{args.preset}_pass_at_k.csv")
+    write_json(args.out / f"{args.preset}_report.json", {**summary, **report})
+    for tier, cmp in report["paired"].get("grpo_vs_sft", {}).items():
+        print(f"{tier}: grpo - sft = {cmp.get('difference_estimate')} "
+              f"[{cmp.get('difference_low')}, {cmp.get('difference_high')}]")
+
+
+if __name__ == "__main__":
+    main()
