@@ -77,21 +77,23 @@ def test_teacher_addressing_by_suspect_rank_makes_the_same_fixes(codec, bwrap_sa
         ScriptedTeacher(address="rank")
 
 
-def test_teacher_addressing_by_named_fix_makes_the_same_fixes(codec, bwrap_sandbox):
-    """`address: fix`: an edit of a listed line that one named rewrite makes is emitted as
-    {suspect, fix[, nth]}: nothing in it is copied."""
+def test_teacher_addressing_by_named_fix_tries_only_named_fixes(codec, bwrap_sandbox):
+    """`address: fix`: the teacher tries only candidates one named rewrite of a listed line
+    makes, one edit at a time (undo, then the next try), each emitted as {suspect, fix[,
+    nth]}: nothing in a demonstration is copied, and the fixes are the line-addressed ones."""
     import json
 
     by_line = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0)
     by_fix = rollouts(codec, bwrap_sandbox, all_tasks(), noise=0.0, address="fix")
-    assert [r["patch"] for r in by_fix] == [r["patch"] for r in by_line]
-    assert [solved(r) for r in by_fix] == [True, True, True]
+    same = [a["patch"] == b["patch"] for a, b in zip(by_fix, by_line)]
+    # `n + 1` -> `n + 0` (the named fix `-1`) where the line-addressed teacher drops the
+    # offset: the same function, another text
+    assert same == [True, True, False] and "+    return items[:n + 0]" in by_fix[2]["patch"]
+    assert [solved(r) for r in by_fix[:2]] == [True, True]
+    assert all(r["stop_reason"] == "submitted" for r in by_fix)
     edits = [json.loads(t["tool_args"]) for r in by_fix for t in r["turns"]
              if t["tool_name"] == "edit"]
-    named = [e for e in edits if set(e) - {"nth"} == {"suspect", "fix"}]
-    # an edit no single rewrite makes (a combined revert, `(b) - 1` -> `b`) keeps old -> new
-    assert len(named) >= 3 and all(set(e) == {"suspect", "old", "new"}
-                                   for e in edits if e not in named)
+    assert len(edits) >= 3 and all(set(e) - {"nth"} == {"suspect", "fix"} for e in edits)
     assert "-fix" in by_fix[0]["policy_version"]
 
 

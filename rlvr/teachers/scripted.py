@@ -263,7 +263,9 @@ class BoundTeacher:
         if cand is None:
             return self._submit(f"{why} No candidate fix left; submit the current state.")
         dirty = [p for p in sorted(self.files) if self.files[p] != self.base.get(p)]
-        direct = not dirty or (dirty == [cand.path] and line_edit(
+        # from a failed try straight to the next one in one small edit — except under
+        # `address: fix`, where each edit is one named fix: undo first
+        direct = not dirty or (self.address != "fix" and dirty == [cand.path] and line_edit(
             self.files[cand.path], cand.new_source)[0].count("\n") <= 6)
         if direct:
             self.pending = (cand.path, cand.new_source)
@@ -442,7 +444,17 @@ class BoundTeacher:
                                         _distance(no, anchors, path), jitter(), no, len(new)),
                                        Candidate(path, new, no, "drop a negation")))
         ranked.sort(key=lambda x: x[0])
-        return [c for _, c in ranked]
+        return [c for _, c in ranked if self.address != "fix" or self._one_named_fix(c)]
+
+    def _one_named_fix(self, cand: Candidate) -> bool:
+        """`address: fix`: is `cand` an edit the student can make without copying — one
+        named fix (rlvr.agent.fixes) of one line the last run_tests listed? Only those are
+        tried, so every demonstration is copy-free."""
+        a, b = self.files[cand.path].split("\n"), cand.new_source.split("\n")
+        changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        return (len(a) == len(b) and len(changed) == 1
+                and (cand.path, changed[0] + 1) in self.listed
+                and fix_for(a[changed[0]], b[changed[0]]) is not None)
 
 
 def _local_names(fn: ast.AST) -> list[str]:
