@@ -142,6 +142,26 @@ def test_the_locate_plugin_state_does_not_leak_between_runs(tmp_path, bwrap_sand
             assert "suspicious lines" not in same(cold, warm).observation
 
 
+def test_a_conftest_changing_a_builtin_plugin_module_gets_pytests_own_fixture_scan(
+        tmp_path, bwrap_sandbox):
+    # the server pre-scans the `_pytest.*` modules for fixtures; a run whose conftest plants
+    # a fixture in one of them must see it, exactly as the cold path does
+    with Workspace.create(count_task(), tmp_path) as ws:
+        cold, warm = pair(ws, bwrap_sandbox)
+        with warm:
+            same(cold, warm)
+            (ws.repo / "conftest.py").write_text(
+                "import pytest, _pytest.tmpdir\n"
+                "@pytest.fixture(autouse=True)\n"
+                "def planted():\n"
+                "    raise RuntimeError('planted fixture ran')\n"
+                "_pytest.tmpdir.planted = planted\n")
+            assert "planted fixture ran" in same(cold, warm).observation
+            (ws.repo / "conftest.py").unlink()
+            assert "planted fixture ran" not in same(cold, warm).observation
+            assert warm.runs == {"warm": 3, "cold": 0}, warm.warm_off
+
+
 # ---- isolation -------------------------------------------------------------------------------
 PROBE = '''
 import os, signal, socket

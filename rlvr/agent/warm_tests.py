@@ -31,12 +31,15 @@ Design (and why it keeps today's isolation and today's observation):
   planted `difflib.py`) takes the cold path instead (`shadowed_module`). Work that depends
   only on read-only inputs is done once in the server and handed to children on an exact
   match: the public test files' assertion-rewritten code and statement tables (keyed by
-  their bytes) and pytest's argv-only `get_config` (keyed by argv).
+  their bytes), pytest's argv-only `get_config` (keyed by argv) and the fixture scan of
+  pytest's own `_pytest.*` plugin modules (used while a module's namespace holds exactly
+  the objects it was scanned with).
 * Per run: the child gets the cold path's rlimits and argv, interpreter state rebuilt as
   ``python -m pytest`` has it (see `_sandbox/rlvr_warm.py`), stdout and stderr on separate
   pipes capped at `Limits.output_bytes` each; the server enforces the wall clock and then
   kills every process of the run's uid and removes what it left in /tmp and /dev/shm (the
-  cold path gets a fresh tmpfs). The reply is turned into the `RunResult` the backend's
+  cold path gets a fresh tmpfs; when no process of the run holds its pipes any more, after
+  the reply but before the next request). The reply is turned into the `RunResult` the backend's
   `run` would have returned (a child killed by signal N reads as exit 128+N, as bwrap's and
   docker-init's reapers report it), so the executor formats both paths with one function.
 * A server that dies, hangs or breaks the protocol is a `WarmServerError` (the call is an

@@ -15,7 +15,8 @@ plugin is *not* imported here: pytest warns about an already-imported `-p` plugi
 assertion-rewrite, and its module-level dicts would otherwise outlive a run; the child
 imports it fresh, as the cold process does. Pure work on read-only inputs is done here
 too (`Pristine`: the public test files' assertion rewrites and statement tables; `Configs`:
-pytest's argv-only `get_config`), each used by a child only on an exact match.
+pytest's argv-only `get_config`; `PluginFixtures`: the fixture scan of pytest's own plugin
+modules), each used by a child only on an exact match.
 
 Per request (one JSON line in, one JSON line out): fork a child that
 
@@ -35,7 +36,9 @@ The server drains both pipes (keeping `out` bytes of each, counting the rest, as
 sandbox backends do), enforces the wall clock, and when the child has exited or timed out
 kills every process of that uid (a helper that becomes the uid and calls kill(-1)) and
 removes what the uid left in /tmp and /dev/shm, so the next run starts from what a fresh
-sandbox would show. The reply carries the raw bytes; the host builds the `RunResult`
+sandbox would show. When the child's exit left both pipes at EOF (no process of the run
+holds them) that sweep runs right after the reply instead of before it — still before the
+next request is read. The reply carries the raw bytes; the host builds the `RunResult`
 exactly like the backend's `run` would.
 """
 from __future__ import annotations
@@ -184,6 +187,85 @@ class Configs:
         self.mod.get_config = get_config
 
 
+class PluginFixtures:
+    """pytest's fixture scan of its own builtin plugin modules, done once here.
+
+    Every run's `FixtureManager` calls `parsefactories` on each registered plugin, and for a
+    module that loop visits every name of `dir(module)` (unwrapping each value, looking for
+    `_mock_name`, reading it twice): ~2k names over the `_pytest.*` modules, ~10 ms per run
+    of which nothing depends on the repository. For a name whose value is not a
+    `FixtureFunctionDefinition`, has no `__wrapped__` and no `_mock_name`, the loop body does
+    nothing (no fixture, no warning). So the server records, per pre-imported `_pytest`
+    module, its namespace and the names whose values are *not* of that inert kind, and a
+    child's `dir()` inside `_pytest.fixtures` (the loop's only caller of `dir`) returns just
+    those names — in `dir()`'s sorted order, so fixtures register in the same order — when
+    the module's namespace holds exactly the same objects and none of the skipped values
+    has since gained a `__wrapped__` or `_mock_name`. Anything else gets the builtin `dir`."""
+
+    def __init__(self) -> None:
+        import types
+
+        import _pytest.fixtures as fixtures_mod
+
+        names = self.names
+        real_dir = dir
+
+        def scan_names(obj):  # shadows the builtin `dir` inside _pytest.fixtures only
+            cached = names(obj)
+            return cached if cached is not None else real_dir(obj)
+
+        # set before the snapshot below, so that module's namespace matches it in a child
+        fixtures_mod.dir = scan_names
+        self.by_id: dict[int, tuple[object, dict, list[str], tuple]] = {}
+        for name, mod in list(sys.modules.items()):
+            if not (name == "pytest" or name.startswith("_pytest.")):
+                continue
+            if not isinstance(mod, types.ModuleType):
+                continue
+            space = vars(mod)
+            if "__getattr__" in space or "__dir__" in space:
+                continue  # dir() or attribute access could be dynamic
+            snapshot = dict(space)
+            keep, inert = [], []
+            for key in dir(mod):
+                value = snapshot[key]
+                (inert if _inert(value) else keep).append(key)
+            self.by_id[id(mod)] = (mod, snapshot, keep, tuple(snapshot[k] for k in inert))
+
+    def names(self, obj) -> list[str] | None:
+        hit = self.by_id.get(id(obj))
+        if hit is None or hit[0] is not obj:
+            return None
+        _, snapshot, keep, inert = hit
+        space = vars(obj)
+        if len(space) != len(snapshot):
+            return None
+        for key, value in snapshot.items():
+            if space.get(key, _MISSING) is not value:
+                return None
+        for value in inert:
+            if not _inert(value):
+                return None
+        return list(keep)
+
+
+_MISSING = object()
+
+
+def _inert(value) -> bool:
+    """True when `parsefactories`' loop body does nothing for this value (see above)."""
+    from _pytest.fixtures import FixtureFunctionDefinition
+
+    try:
+        if type(value) is FixtureFunctionDefinition:
+            return False
+        if getattr(value, "_mock_name", None) is not None:
+            return False
+        return not hasattr(value, "__wrapped__")
+    except Exception:  # noqa: BLE001 - an odd object: let pytest's own loop look at it
+        return False
+
+
 def pristine_files(roots: list[str]) -> list[str]:
     out = []
     for root in roots:
@@ -210,6 +292,7 @@ class Server:
         _preimport()
         self.pristine = Pristine(pristine_files(pristine))
         self.configs = Configs()
+        self.fixtures = PluginFixtures()
         self.python = sys.executable
         self.modules = sorted({n.split(".", 1)[0] for n in sys.modules})
         # Protocol channel on private fds; fd 0 -> /dev/null, fd 1 -> /dev/null for the
@@ -294,7 +377,7 @@ class Server:
         cap = int(limits["out"])
         acc = {out_r: [bytearray(), 0], err_r: [bytearray(), 0]}
         deadline = start + float(limits["wall"])
-        exited, timed_out, status = False, False, 0
+        exited, timed_out, status, deferred = False, False, 0, False
         try:
             pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):
@@ -316,8 +399,14 @@ class Server:
                 done, st = os.waitpid(pid, os.WNOHANG)
                 if done:
                     exited, status = True, st
-                    # the cold sandbox's pid namespace dies with pytest: so do its leftovers
-                    self.cleanup(uid, pid)
+                    # the cold sandbox's pid namespace dies with pytest: so do its leftovers.
+                    # When nothing else holds the pipes (what pytest wrote is already in
+                    # them), the sweep can wait until the reply is out; it still runs
+                    # before the next request is read.
+                    if _drain_now(open_fds, acc, cap):
+                        deferred = True
+                    else:
+                        self.cleanup(uid, pid)
             if exited and not open_fds:
                 break
         if timed_out or not exited:
@@ -338,6 +427,8 @@ class Server:
             "stderr": base64.b64encode(bytes(err)).decode(), "stderr_total": err_n,
             "wall": wall,
         })
+        if deferred:
+            self.cleanup(uid, pid)
         return None
 
     def enter_child(self, uid, limits: dict, out_w: int, err_w: int, argv: list) -> None:
@@ -443,6 +534,19 @@ def _force(func, path, _exc):
         func(path)
     except OSError:
         pass
+
+
+def _drain_now(open_fds: list, acc: dict, cap: int) -> bool:
+    """Read what the pipes hold without waiting; True when every pipe reached EOF (no
+    process of the run still holds one)."""
+    while open_fds:
+        ready, _, _ = select.select(open_fds, [], [], 0)
+        if not ready:
+            return False
+        for fd in ready:
+            if not _read_into(fd, acc[fd], cap):
+                open_fds.remove(fd)
+    return True
 
 
 def _read_into(fd: int, acc: list, cap: int) -> bool:
