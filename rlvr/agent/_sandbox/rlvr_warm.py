@@ -216,6 +216,7 @@ class PluginFixtures:
 
         # set before the snapshot below, so that module's namespace matches it in a child
         fixtures_mod.dir = scan_names
+        self.fixture_type = fixture_type = fixtures_mod.FixtureFunctionDefinition
         self.by_id: dict[int, tuple[object, dict, list[str], tuple]] = {}
         for name, mod in list(sys.modules.items()):
             if not (name == "pytest" or name.startswith("_pytest.")):
@@ -229,7 +230,7 @@ class PluginFixtures:
             keep, inert = [], []
             for key in dir(mod):
                 value = snapshot[key]
-                (inert if _inert(value) else keep).append(key)
+                (inert if _inert(value, fixture_type) else keep).append(key)
             self.by_id[id(mod)] = (mod, snapshot, keep, tuple(snapshot[k] for k in inert))
 
     def names(self, obj) -> list[str] | None:
@@ -244,7 +245,7 @@ class PluginFixtures:
             if space.get(key, _MISSING) is not value:
                 return None
         for value in inert:
-            if not _inert(value):
+            if not _inert(value, self.fixture_type):
                 return None
         return list(keep)
 
@@ -252,12 +253,11 @@ class PluginFixtures:
 _MISSING = object()
 
 
-def _inert(value) -> bool:
-    """True when `parsefactories`' loop body does nothing for this value (see above)."""
-    from _pytest.fixtures import FixtureFunctionDefinition
-
+def _inert(value, fixture_type) -> bool:
+    """True when `parsefactories`' loop body does nothing for this value (see above);
+    `fixture_type` is `_pytest.fixtures.FixtureFunctionDefinition`."""
     try:
-        if type(value) is FixtureFunctionDefinition:
+        if type(value) is fixture_type:
             return False
         if getattr(value, "_mock_name", None) is not None:
             return False
