@@ -13,8 +13,12 @@ seed) and the pass@k curves:
         --steps 12 --out docs/learning/grpo
 
 `--preset collapse` is the run engineered to collapse (issue "Learning II" must-show 4): a
-tiny task set, a high learning rate, no KL, entropy control off. Its report carries the
-pathology flags the trainer raised (`training.json` `flags`), which the release gate reads.
+tiny task set, a high learning rate, no KL, entropy control off. The tiny set is the training
+tasks some checkpoint solved in the pipeline's own evaluation (`artifacts/eval.parquet`,
+tier train), topped up with seeded training tasks: a set the policy cannot solve at all gives
+every group identical rewards, so nothing would be trained, let alone collapse. Its report
+carries the pathology flags the trainer raised (`training.json` `flags`), which the release
+gate reads (`rlvr gate` on this run's `eval.parquet` and `training.json`).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -55,6 +60,27 @@ def preset(params, name: str, args):
             params, loss=dataclasses.replace(params.loss, beta=0.0),
             entropy=dataclasses.replace(params.entropy, coef=0.0, eta=0.0))
     return dataclasses.replace(params, **over)
+
+
+def solved_train_tasks(root: Path) -> list[str]:
+    """Training-tier task ids that any checkpoint solved in the pipeline's evaluation."""
+    import pandas as pd
+
+    rows = pd.read_parquet(root / "artifacts/eval.parquet",
+                           columns=["tier", "task_id", "success"])
+    return sorted(set(rows[(rows.tier == "train") & rows.success].task_id))
+
+
+def training_tasks(pool, params, root: Path, name: str):
+    """The tasks a seed trains on: `grpo.split` sampled as stage `grpo` does, or for the
+    collapse preset the solved training tasks first, topped up to `max_tasks`."""
+    if name != "collapse":
+        return select_tasks(pool, params.split, params.max_tasks, params.seed)
+    split = select_tasks(pool, params.split, 0, params.seed)
+    solved = set(solved_train_tasks(root))
+    first = [t for t in split if t.task_id in solved][:params.max_tasks]
+    rest = [t for t in split if t.task_id not in solved]
+    return first + random.Random(params.seed).sample(rest, params.max_tasks - len(first))
 
 
 def plot_curves(curves: dict[int, list[dict]], png: Path, title: str) -> None:
@@ -114,13 +140,13 @@ def main() -> None:
         rows = evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft", enclave=enclave)
         for seed in args.seeds:
             p = dataclasses.replace(grpo, seed=seed)
-            tasks = select_tasks(pool, p.split, p.max_tasks, p.seed)
+            tasks = training_tasks(pool, p, args.root, args.preset)
             t0 = time.perf_counter()
             result = train_grpo(base, tasks, p, rollout, sandbox, work / f"seed{seed}",
                                 work / f"seed{seed}-work", verifier=verifier)
             curves[seed] = result.curves
             summary["runs"][f"seed{seed}"] = {
-                "tasks": len(tasks), "steps": result.steps, "policy_step": result.policy_step,
+                "tasks": [t.task_id for t in tasks], "steps": result.steps, "policy_step": result.policy_step,
                 "flags": result.flags, "seconds": round(time.perf_counter() - t0, 1),
                 "groups": {s: sum(g["status"] == s for g in result.ledger)
                            for s in ("accepted", "identical_rewards", "infra_error", "surplus")},
