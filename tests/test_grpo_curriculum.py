@@ -147,6 +147,20 @@ def test_a_healthy_run_raises_no_flag():
     assert pathology.flags(pathology.detect(curves)) == {n: False for n in pathology.FLAGS}
 
 
+def test_a_format_that_breaks_at_the_first_update_is_a_parse_error_spike():
+    """The engineered-collapse run (bench/learning_grpo.py --preset collapse): 0.16 at step 1,
+    ~0.73 from step 2 on. No step has a clean baseline window before it, so only the
+    sustained rise over step 1 can name it; one noisy step after one clean one cannot."""
+    rates = [0.161, 0.727, 0.73, 0.724, 0.762, 0.72, 0.739]
+    curves = [{"step": i + 1, "train/parse_error_rate": r} for i, r in enumerate(rates)]
+    found = {f.name: f for f in pathology.detect(curves)}
+    assert found["parse_error_spike"].raised
+    assert found["parse_error_spike"].value == pytest.approx(0.724 - 0.161)
+    blip = [0.16, 0.5, 0.17, 0.16, 0.15, 0.16, 0.17]
+    curves = [{"step": i + 1, "train/parse_error_rate": r} for i, r in enumerate(blip)]
+    assert not {f.name: f for f in pathology.detect(curves)}["parse_error_spike"].raised
+
+
 def test_too_short_a_curve_raises_nothing_and_says_so():
     curves = _curve(3, **{"train/entropy": lambda x: 1.0 - 0.9 * x})
     found = {f.name: f for f in pathology.detect(curves, PathologyParams(window=3))}

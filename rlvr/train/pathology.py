@@ -14,8 +14,11 @@ blocks on any raised one as `trainer:<name>` (rlvr/gate).
     pass_at_k_stall       pass@1 rose by `pass1_rise` while pass@k rose by less than
                           `passk_stall` (sharpening, not discovery)
     length_growth         mean generated length grew by more than `length_factor`×
-    parse_error_spike     a step's parse-error rate exceeds the median of the steps before
-                          it by more than `parse_error_spike`
+    parse_error_spike     a step's parse-error rate exceeds the median of the (≥ `window`)
+                          steps before it by more than `parse_error_spike`, or `window`
+                          consecutive steps all do over the median of every step before
+                          them (a format that breaks at the first update and stays broken
+                          leaves no clean baseline window behind it)
 
 Windows: "first" and "last" are the means of the first / last `window` finite points of a
 curve; a detector with fewer than `2·window` points (or a spike detector with fewer than
@@ -64,7 +67,8 @@ class PathologyParams:
     length_factor: float = 2.0
     """length_growth: last-window mean length > this × first-window mean length."""
     parse_error_spike: float = 0.1
-    """parse_error_spike: a step's rate − the median of the earlier steps > this."""
+    """parse_error_spike: a step's rate (or the lowest of `window` consecutive steps' rates)
+    − the median of the earlier steps > this."""
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -178,8 +182,12 @@ def parse_error_spike(curves, p: PathologyParams) -> Finding:
     if len(values) < p.window + 1:
         return _short("parse_error_spike", p.parse_error_spike, PARSE_ERROR, len(values),
                       p.window + 1)
-    jumps = [values[i] - statistics.median(values[:i]) for i in range(p.window, len(values))]
-    worst = max(jumps)
+    # A single step over a baseline of >= window steps, or the smallest of `window`
+    # consecutive steps over the median of all steps before them (>= 1 of them).
+    single = [values[i] - statistics.median(values[:i]) for i in range(p.window, len(values))]
+    sustained = [min(values[i:i + p.window]) - statistics.median(values[:i])
+                 for i in range(1, len(values) - p.window + 1)]
+    worst = max(single + sustained)
     return Finding("parse_error_spike", worst > p.parse_error_spike, worst,
                    p.parse_error_spike, f"largest rise over the earlier median {worst:.3f}")
 
