@@ -47,7 +47,8 @@ from rlvr.tasks.pool import select_tasks  # noqa: E402
 from rlvr.train.grpo import train_grpo  # noqa: E402
 from rlvr.train.grpo_config import load_grpo_params  # noqa: E402
 
-CURVES = ("train/reward", "train/pass_at_1", "train/entropy", "train/informative_fraction")
+CURVES = ("train/reward", "train/pass_at_1", "train/entropy", "train/informative_fraction",
+          "train/parse_error_rate")
 
 
 def preset(params, name: str, args):
