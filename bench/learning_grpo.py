@@ -57,6 +57,9 @@ def preset(params, name: str, args):
                               ("max_tasks", args.max_tasks)) if v is not None}
     if name == "collapse":  # tiny task set, high lr, no KL, no entropy control
         over = {"max_tasks": 4, "learning_rate": 3e-3, "steps": 12, **over}
+        if over["max_tasks"] < 1:  # 0 would mean "every task", the opposite of the preset
+            raise SystemExit("--max-tasks: the collapse preset trains on a tiny task set "
+                             f"(>= 1 task), got {over['max_tasks']}")
         params = dataclasses.replace(
             params, loss=dataclasses.replace(params.loss, beta=0.0),
             entropy=dataclasses.replace(params.entropy, coef=0.0, eta=0.0))
