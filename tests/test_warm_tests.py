@@ -92,6 +92,21 @@ def test_warm_matches_cold_through_edits_and_crashes(tasks, tmp_path, bwrap_sand
                                      + original,
                     "atexit output": ("import atexit\natexit.register(lambda: print('at exit'))\n"
                                       + original),
+                    # what a child still does after pytest returns (it then leaves with
+                    # os._exit): join non-daemon threads, atexit handlers in order, a failing
+                    # one reported, weakref finalizers, a write without newline flushed
+                    "thread outlives pytest": (
+                        "import threading, time\n"
+                        "def _late():\n    time.sleep(0.2)\n    print('thread done')\n"
+                        "threading.Thread(target=_late).start()\n" + original),
+                    "failing atexit handler": (
+                        "import atexit, sys\n"
+                        "def _boom():\n    raise RuntimeError('atexit boom')\n"
+                        "atexit.register(lambda: sys.stdout.write('no newline'))\n"
+                        "atexit.register(_boom)\n" + original),
+                    "weakref finalizer at exit": (
+                        "import weakref\nclass _Held:\n    pass\n_held = _Held()\n"
+                        "weakref.finalize(_held, print, 'finalized at exit')\n" + original),
                 }
                 for name, text in edits.items():
                     ws.write_text(src, text)
@@ -102,9 +117,16 @@ def test_warm_matches_cold_through_edits_and_crashes(tasks, tmp_path, bwrap_sand
                         assert "[killed by signal 9" in got.observation
                     if name == "os._exit at import":
                         assert got.observation.endswith("[pytest exit code 4]")
+                    if name == "thread outlives pytest":
+                        assert "thread done" in got.observation
+                    if name == "failing atexit handler":
+                        assert "no newline" in got.observation
+                        assert "RuntimeError: atexit boom" in got.observation
+                    if name == "weakref finalizer at exit":
+                        assert "finalized at exit" in got.observation
                 ws.write_text(src, original)
                 same(cold, warm)
-                assert warm.runs["cold"] == 0 and warm.runs["warm"] >= 10
+                assert warm.runs["cold"] == 0 and warm.runs["warm"] >= 13
 
 
 def test_warm_matches_cold_on_every_backend(tmp_path, sandbox_backend):
@@ -160,6 +182,35 @@ def test_a_conftest_changing_a_builtin_plugin_module_gets_pytests_own_fixture_sc
             (ws.repo / "conftest.py").unlink()
             assert "planted fixture ran" not in same(cold, warm).observation
             assert warm.runs == {"warm": 3, "cold": 0}, warm.warm_off
+
+
+def test_run_tests_reads_the_task_config_once_per_executor(tmp_path, bwrap_sandbox,
+                                                           monkeypatch):
+    # the project's pytest arguments depend on the task alone: read on the first call and
+    # kept; a failure is an infra_error and is not kept, so the next call reads again
+    from rlvr.agent import executor
+    from rlvr.errors import ConfigError
+
+    calls = []
+    real = executor.run_tests_args
+
+    def counted(task):
+        calls.append(task.task_id)
+        if len(calls) == 1:
+            raise ConfigError("pyproject.toml: unreadable")
+        return real(task)
+
+    monkeypatch.setattr(executor, "run_tests_args", counted)
+    with Workspace.create(count_task(), tmp_path) as ws:
+        cold, warm = pair(ws, bwrap_sandbox)
+        with warm:
+            failed = run_tests(warm)
+            assert failed.status == "infra_error"
+            assert failed.detail == "ConfigError: pyproject.toml: unreadable"
+            same(cold, warm)
+            same(cold, warm)
+            assert warm.runs == {"warm": 2, "cold": 0}, warm.warm_off
+    assert calls == ["mini-count"] * 3  # warm: the failure, then once; cold: once
 
 
 # ---- isolation -------------------------------------------------------------------------------

@@ -154,6 +154,7 @@ class ToolExecutor:
         # the suspicious lines of the last run_tests as the agent saw it (capped): what an
         # edit addressed by `suspect` rank refers to
         self.suspects: list[SuspiciousLine] = []
+        self._test_setup: tuple[list[str], Path | None] | None = None  # see _task_test_setup
 
     def close(self) -> None:
         """Stop the warm server (if any). Idempotent; the episode calls it when it ends."""
@@ -269,10 +270,7 @@ class ToolExecutor:
                         f"{', '.join(public)})"), "error", ""
             targets = [norm + path[len(file_part):]]
         try:
-            # the project's own pytest config, read as the enclave reads it: addopts needing
-            # plugins the task's environment lacks are dropped, a src layout is importable
-            project_args = run_tests_args(self.ws.task)
-            task_env = envs.task_env(self.ws.task.dependencies)
+            project_args, task_env = self._task_test_setup()
         except RlvrError as exc:
             return (f"error: the test sandbox failed ({type(exc).__name__}); this is not your "
                     "fault"), "infra_error", f"{type(exc).__name__}: {exc}"
@@ -298,6 +296,20 @@ class ToolExecutor:
                         "your fault"), "infra_error", f"{type(exc).__name__}: {exc}"
             self.runs["cold"] += 1
         return self._test_observation(result)
+
+    def _task_test_setup(self) -> tuple[list[str], Path | None]:
+        """The project's pytest arguments and the task's dependency layer for run_tests.
+
+        The project's own pytest config is read as the enclave reads it (addopts needing
+        plugins the task's environment lacks are dropped, a src layout is importable). Both
+        are functions of the task alone (its pristine files and pins), yet cost ~3 ms a call,
+        so the first success is kept for the executor's life; a failure is not kept, so
+        every call that hits it raises it afresh, as before."""
+        if self._test_setup is None:
+            self._test_setup = (run_tests_args(self.ws.task),
+                                envs.task_env(self.ws.task.dependencies))
+        project_args, task_env = self._test_setup
+        return list(project_args), task_env
 
     def _mounts(self) -> list[Mount]:
         mounts = [Mount(TOOLS_DIR, TOOLS_TARGET),

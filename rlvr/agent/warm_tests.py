@@ -50,7 +50,11 @@ Known differences, all in the direction of more isolation or invisible to pytest
 a child's parent is the server (pid != 1; `kill(getppid())` is refused instead of being
 ignored by the namespace's init), SysV IPC objects a run creates live until the episode's
 server exits, on docker a memory hog hits RLIMIT_AS (MemoryError) before the cgroup limit,
-and the wall clock starts at the fork rather than before interpreter start-up.
+and the wall clock starts at the fork rather than before interpreter start-up. One is not: a
+child leaves with ``os._exit`` once its non-daemon threads, atexit handlers and flush are done
+(interpreter teardown of the pre-imported modules costs ~10-15 ms a run), so an object still
+alive then is never finalized, and a `__del__` that writes during teardown writes only on the
+cold path.
 """
 from __future__ import annotations
 
