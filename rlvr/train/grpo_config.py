@@ -77,6 +77,13 @@ class GRPOParams:
     """Rows of logits per LM-head chunk (peak memory of the head; results unchanged)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = "cpu"
+    engine: Literal["torch", "vllm"] = "torch"
+    """The sampler the rollouts come from (rlvr/train/sampler.py): torch = an in-process
+    copy of the trained weights, synced from the state dict after every update; vllm = a
+    vLLM server, synced through a policy directory written after every update."""
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    """vllm: VllmEngineParams fields (`server:` nested, e.g. `{server: {update: reload}}`),
+    validated like `rollout.engine_options`; torch: none."""
     backend: Literal["torch", "deepspeed"] = "torch"
     """torch: AdamW; deepspeed: the same AdamW under a DeepSpeed engine (rlvr/train/sft.py,
     ZeRO `zero_stage`). Started by a launcher with several ranks (`torchrun`, `deepspeed`)
@@ -150,6 +157,13 @@ class GRPOParams:
         if self.split in ("heldout", "heldout_function", "regression"):
             bad("split", "GRPO never trains on an evaluation split", self.split)
         self.optimizer_params().check(where)  # backend / zero_stage / dtype rules of SFT
+        if self.engine == "torch" and self.engine_options:
+            bad("engine_options", "the torch sampler is the trainer's model in process and "
+                "takes none", self.engine_options)
+        if self.engine == "vllm":  # a typo is named here, before any server starts
+            from rlvr.engines.vllm_engine import VllmEngineParams
+
+            parse(VllmEngineParams, self.engine_options, f"{where}.engine_options")
         return self
 
     def optimizer_params(self) -> SFTParams:

@@ -506,8 +506,8 @@ def _write_model(model, policy, base_dir, train_rows, val_rows, p: SFTParams,
                  result: SFTResult):
     """Save (merged) weights + tokenizer + card to a temp dir beside out_dir, then rename it
     into place. Returns the in-memory model that was saved (eval mode)."""
-    from rlvr.artifacts.io import temp_dir_beside
-    from rlvr.artifacts.io import replace_dir
+    from rlvr.artifacts.io import replace_dir, temp_dir_beside
+    from rlvr.train.sampler import save_hf_weights
 
     out_dir, base_dir = Path(result.out_dir), Path(base_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -518,10 +518,7 @@ def _write_model(model, policy, base_dir, train_rows, val_rows, p: SFTParams,
                 model.save_pretrained(tmp / "adapter")
             model = model.merge_and_unload()
         model.eval()
-        model.save_pretrained(tmp)
-        for name in TOKENIZER_COPY:
-            if (base_dir / name).is_file():
-                shutil.copy2(base_dir / name, tmp / name)
+        save_hf_weights(tmp, model, base_dir)
         card = _card(policy, base_dir, train_rows, val_rows, p, result)
         (tmp / "training.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
         (tmp / "README.md").write_text(_readme(card))
