@@ -81,6 +81,16 @@ def _preimport() -> None:
             __import__(name)
         except ImportError:
             pass
+    # tokenize (already imported by inspect and linecache) compiles its token regex on first
+    # use, ~6 ms in a run whose failure report tokenizes source; warm its own lru_cache with
+    # the exact expressions `_tokenize` asks for
+    import tokenize
+
+    try:
+        for expr in {tokenize.PseudoToken, *tokenize.endpats.values()}:
+            tokenize._compile(expr)
+    except AttributeError:  # a tokenize without these internals: nothing to warm
+        pass
 
 
 class Pristine:
