@@ -184,6 +184,27 @@ def test_a_conftest_changing_a_builtin_plugin_module_gets_pytests_own_fixture_sc
             assert warm.runs == {"warm": 3, "cold": 0}, warm.warm_off
 
 
+def test_repo_modules_compiled_by_the_server_import_as_cold(tmp_path, bwrap_sandbox):
+    # the server compiles the repo's modules between runs; a child uses that code only for
+    # the exact bytes, so an edit, a compile-time warning (emitted by the run's own compile,
+    # run after run) and a module that stops compiling all read as the cold path
+    with Workspace.create(count_task(), tmp_path) as ws:
+        cold, warm = pair(ws, bwrap_sandbox)
+        original = ws.read_text("mini/core.py")
+        with warm:
+            same(cold, warm)
+            ws.write_text("mini/core.py", original.replace("<=", "<"))
+            assert "2 passed" in same(cold, warm).observation
+            ws.write_text("mini/core.py", 'PATTERN = "\\d+"\nCHECK = 1 is 1\n' + original)
+            for _ in range(2):  # the second run's server has compiled these very bytes
+                got = same(cold, warm)
+                assert "invalid escape sequence" in got.observation
+            ws.write_text("mini/core.py", original + "\ndef broken(:\n")
+            same(cold, warm)
+            assert "SyntaxError" in same(cold, warm).observation
+            assert warm.runs == {"warm": 6, "cold": 0}, warm.warm_off
+
+
 def test_run_tests_reads_the_task_config_once_per_executor(tmp_path, bwrap_sandbox,
                                                            monkeypatch):
     # the project's pytest arguments depend on the task alone: read on the first call and

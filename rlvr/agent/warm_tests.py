@@ -33,7 +33,9 @@ Design (and why it keeps today's isolation and today's observation):
   match: the public test files' assertion-rewritten code and statement tables (keyed by
   their bytes), pytest's argv-only `get_config` (keyed by argv) and the fixture scan of
   pytest's own `_pytest.*` plugin modules (used while a module's namespace holds exactly
-  the objects it was scanned with).
+  the objects it was scanned with). The repo's own modules are compiled (not run) by the
+  server between runs and a child's import uses that code only for the exact bytes it reads
+  and only when that compile warned of nothing.
 * Per run: the child gets the cold path's rlimits and argv, interpreter state rebuilt as
   ``python -m pytest`` has it (see `_sandbox/rlvr_warm.py`), stdout and stderr on separate
   pipes capped at `Limits.output_bytes` each; the server enforces the wall clock and then
