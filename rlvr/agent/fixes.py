@@ -28,6 +28,7 @@ line of a multi-line statement tokenizes as far as it goes.
 """
 from __future__ import annotations
 
+import functools
 import io
 import keyword
 import tokenize
@@ -67,9 +68,11 @@ class _Tok:
     end: int
 
 
-def _tokens(line: str) -> list[_Tok]:
+@functools.lru_cache(maxsize=4096)
+def _tokens(line: str) -> tuple[_Tok, ...]:
     """The line's significant tokens (no comments, newlines, indents), as far as it
-    tokenizes on its own."""
+    tokenizes on its own. Cached: a teacher asks `fix_for` about the same lines over and
+    over (every fix, every nth, every candidate of a suspect function)."""
     out: list[_Tok] = []
     skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
             tokenize.ENDMARKER}
@@ -80,7 +83,7 @@ def _tokens(line: str) -> list[_Tok]:
             out.append(_Tok(tok.type, tok.string, tok.start[1], tok.end[1]))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass  # a line of a multi-line statement: keep what tokenized
-    return out
+    return tuple(out)
 
 
 def _is_operand_end(tok: _Tok | None) -> bool:
@@ -265,18 +268,19 @@ def apply_fix(line: str, fix: str, nth: int = 1) -> str:
         raise FixError(f"fix {fix!r}: the line has {where} for it"
                        + (f" (nth 1-{len(found)})" if found else "")
                        + f"; the line is: {line.strip()}")
-    s = found[nth - 1]
+    return _rewrite(line, found[nth - 1])
+
+
+def _rewrite(line: str, s: Site) -> str:
     return line[:s.start] + s.text + line[s.end:]
 
 
 def fix_for(before: str, after: str, max_nth: int = 4) -> tuple[str, int] | None:
     """The (fix, nth) turning line `before` into line `after` exactly, the smallest nth
     first; None when no single fix does (the edit then needs a copied `old`)."""
+    found = {fix: sites(before, fix) for fix in FIXES}  # each fix's sites once, not per nth
     for nth in range(1, max_nth + 1):
         for fix in FIXES:
-            try:
-                if apply_fix(before, fix, nth) == after:
-                    return fix, nth
-            except FixError:
-                continue
+            if nth <= len(found[fix]) and _rewrite(before, found[fix][nth - 1]) == after:
+                return fix, nth
     return None

@@ -40,6 +40,7 @@ carry them.
 from __future__ import annotations
 
 import ast
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -516,10 +517,17 @@ def function_lines(source: str, qualname: str) -> tuple[int, int]:
     from rlvr.tasks.synth.operators import find_function
 
     try:
-        node = find_function(ast_parse.parse(source), qualname)
+        node = find_function(_parsed(source), qualname)
         return node.lineno, node.end_lineno or node.lineno
     except (KeyError, SyntaxError):
         return 1, max(1, source.count("\n"))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(source: str) -> ast.Module:
+    """The module tree of `source`, read-only: one parse for the many line spans a teacher
+    asks of the same file (`_function_at` asks for every function)."""
+    return ast_parse.parse(source)
 
 
 def _function_at(source: str, line: int) -> str | None:
