@@ -175,8 +175,12 @@ def test_two_grpo_steps_sampled_by_a_vllm_server(tmp_path, bwrap_sandbox, capsys
     syncs = [m["time/weight_sync_s"] for m in logged if "time/weight_sync_s" in m]
     assert len(syncs) == 2
     # step 2 was sampled by the server after the first sync: its weights are the trainer's
+    sampled_at = {step: sorted({g["policy_step"] for g in result.ledger if g["step"] == step})
+                  for step in (1, 2)}
+    assert sampled_at == {1: [0], 2: [1]}
     assert max(mismatch) < 1e-3
     summary = {"grpo_steps": result.steps, "policy_step": result.policy_step,
+               "rollout_policy_step_per_step": [sampled_at[1], sampled_at[2]],
                "mismatch_abs_max_per_step": mismatch,
                "mismatch_abs_mean_per_step": [m["train/mismatch/logprob_abs_diff_mean"]
                                               for m in logged],
