@@ -396,7 +396,7 @@ def test_decoding_params_and_seeds_are_recorded(engine, codec, bwrap_sandbox):
     row = one(engine, config(codec, bwrap_sandbox, decoding=dec, max_new_tokens_per_turn=16,
                              seed=11))
     decoding = json.loads(row["decoding"])
-    assert decoding == {"temperature": 0.8, "top_p": 0.95, "top_k": 0,
+    assert decoding == {"temperature": 0.8, "top_p": 0.95, "top_k": 0, "grammar": "",
                         "stop_token_ids": [codec.im_end, codec.eos]}
     assert row["decoding_seed"] == 11 and row["engine"] == "torch"
     assert row["turn_policy_versions"] == [engine.policy_version] * row["n_turns"]

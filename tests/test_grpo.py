@@ -15,9 +15,9 @@ from agentkit import (WrappedEngine, count_task, record_grads, synthetic_groups,
                       tiny_policy_dir)
 from rlvr.agent.episode import Budgets
 from rlvr.agent.rollout import RolloutParams
-from rlvr.agent.tools import format_tool_call
+from rlvr.agent.tools import format_tool_call, parse_action
 from rlvr.agent.transcript import ChatCodec
-from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.base import Decoding, Sample, SamplingParams
 from rlvr.engines.model_dir import load_policy
 from rlvr.errors import ConfigError
 from rlvr.sandbox.params import SandboxParams
@@ -162,6 +162,37 @@ def test_sampling_stops_once_the_target_of_informative_groups_is_met(tmp_path, b
     result = _run(tmp_path, params, rollout=_rollout(**FORCED_BUDGETS), wrap=_forced(codec))
     assert [g["status"] for g in result.ledger] == ["accepted"]  # one draw was enough
     assert result.policy_step == 1
+
+
+def test_a_grammar_constrained_step_trains_on_replayed_masks(tmp_path, bwrap_sandbox):
+    """Rollouts sampled under `decoding.grammar` are scored under the same masks, replayed
+    from their tokens: the first pass is still exactly π_old, and the trainer's logprobs
+    match the sampler's (a missing mask would renormalise over the whole vocabulary)."""
+    codec = ChatCodec.from_model_dir(tiny_policy_dir())
+    rollout = dataclasses.replace(_rollout(**FORCED_BUDGETS),
+                                  decoding=Decoding(temperature=1.0, grammar="tool_call"))
+    params = _params(groups_per_step=1, tasks_per_draw=1, max_draws=4)
+    own = []  # the policy's own (not forced) turns
+
+    class Watched(ForcedFix):
+        def generate(self, prompts, params, *, seed, sample_seeds=None):
+            out = super().generate(prompts, params, seed=seed, sample_seeds=sample_seeds)
+            own.extend(s for s in out if s.token_ids not in (self.fix, self.submit))
+            return out
+
+    logged = []
+    result = grpo.train_grpo(tiny_policy_dir(), [count_task()], params, rollout, SANDBOX,
+                             tmp_path / "out", tmp_path / "work", verifier=fake_verifier,
+                             wrap_engine=functools.partial(Watched, codec=codec),
+                             log=lambda s, m: logged.append(m))
+    assert [g["status"] for g in result.ledger] == ["accepted"]
+    assert result.policy_step == 1
+    m = logged[0]
+    assert m["train/first_pass_ratio_dev"] == 0.0
+    assert m["train/mismatch/logprob_abs_diff_max"] < 1e-3
+    assert own  # every turn the policy ended itself parses (the others hit the token budget)
+    for s in own:
+        assert s.finish_reason == "length" or parse_action(codec.decode(s.token_ids[:-1])).valid
 
 
 # ---- the update --------------------------------------------------------------------------------

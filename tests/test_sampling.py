@@ -152,4 +152,7 @@ def test_the_knobs_are_validated_once_for_params_files_and_calls():
     params = SamplingParams.of(decoding, max_new_tokens=9, stop_token_ids=[2, 0])
     assert params == SamplingParams(temperature=0.7, top_p=1.0, top_k=5, max_new_tokens=9,
                                     stop_token_ids=(2, 0))
-    assert params.knobs() == decoding.knobs() == {"temperature": 0.7, "top_p": 1.0, "top_k": 5}
+    assert params.knobs() == decoding.knobs() == {"temperature": 0.7, "top_p": 1.0, "top_k": 5,
+                                                  "grammar": ""}
+    with pytest.raises(ConfigError, match="rollout.decoding.grammar|decoding.grammar"):
+        parse(Decoding, {"grammar": "yaml"}, "rollout.decoding")

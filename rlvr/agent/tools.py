@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from rlvr.agent.fixes import FIXES
+from rlvr.chat_format import IM_END, SPECIAL_TOKENS
 from rlvr.chat_format import TOOL_CALL as TOOL_CALL_OPEN
 from rlvr.chat_format import TOOL_CALL_END as TOOL_CALL_CLOSE
 
@@ -155,6 +156,7 @@ ACTION_ERRORS = (
 _VALIDATORS = {name: jsonschema.Draft202012Validator(schema)
                for name, schema in TOOL_SCHEMAS.items()}
 _CALL_VALIDATOR = jsonschema.Draft202012Validator(CALL_SCHEMA)
+_JSON = json.JSONDecoder()
 for _schema in (*TOOL_SCHEMAS.values(), CALL_SCHEMA):
     jsonschema.Draft202012Validator.check_schema(_schema)
 
@@ -189,6 +191,33 @@ def format_tool_call(name: str, args: dict[str, Any], reasoning: str = "") -> st
     return f"{prefix}{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}"
 
 
+def turn_grammar() -> str:
+    """One assistant turn as a grammar (Lark, llguidance's dialect) for constrained decoding
+    (`rlvr.engines.constraint`, registered there as `tool_call`): reasoning text, exactly one
+    `<tool_call>` whose body is a call in `format_tool_call`'s canonical form (these
+    separators, keys in schema order, each tool's own schema), `</tool_call>`, `<|im_end|>`.
+
+    Every turn it admits parses (`parse_action`): it is the canonical subset of what the
+    parser accepts, so a policy decoded under it cannot make a format error (SPEC §8.3's
+    contract), only wrong calls. Reasoning may hold any text but the special tokens' own
+    spellings (the parser reads text, so `<tool_call>` spelled with ordinary tokens would
+    open a second call). The markers are the special tokens themselves (`<...>` in Lark),
+    never their spellings."""
+    call = {"anyOf": [{"type": "object",
+                       "properties": {"name": {"const": name}, "args": schema},
+                       "required": ["name", "args"], "additionalProperties": False}
+                      for name, schema in TOOL_SCHEMAS.items()],
+            "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
+                           "key_separator": ": "}}
+    spelled = "|".join("".join("\\" + c if c in "|/" else c for c in t)
+                       for t in SPECIAL_TOKENS)
+    return "\n".join([
+        f"start: REASONING {TOOL_CALL_OPEN} call {TOOL_CALL_CLOSE} {IM_END}",
+        f"REASONING: /(?s:.*)/ & ~/(?s:.*)({spelled})(?s:.*)/",
+        f"call: %json {json.dumps(call)}",
+    ])
+
+
 def validate_call(name: str, args: Any) -> str:
     """'' if `args` is valid for tool `name`, else a one-line reason."""
     validator = _VALIDATORS.get(name)
@@ -207,25 +236,40 @@ def validate_call(name: str, args: Any) -> str:
 
 
 def parse_action(text: str) -> ParsedAction:
-    """Parse the text of one assistant turn (end-of-turn token excluded)."""
-    opens = text.count(TOOL_CALL_OPEN)
-    if opens == 0:
+    """Parse the text of one assistant turn (end-of-turn token excluded).
+
+    The call is the one JSON value right after the first `<tool_call>`. Its strings may hold
+    any text, the tool-call markers included (an `old` of "</tool_call>" is a legal, if odd,
+    argument), so the markers are looked for around that value, never inside it; that is
+    what lets `turn_grammar` promise that every turn it admits parses."""
+    start = text.find(TOOL_CALL_OPEN)
+    if start < 0:
         return _invalid("missing_tool_call",
                         f"no {TOOL_CALL_OPEN}...{TOOL_CALL_CLOSE} in the turn")
-    if opens > 1:
-        return _invalid("multiple_tool_calls", f"{opens} tool calls in one turn (exactly one)")
-    start = text.index(TOOL_CALL_OPEN) + len(TOOL_CALL_OPEN)
-    end = text.find(TOOL_CALL_CLOSE, start)
-    if end < 0:
-        return _invalid("unterminated_tool_call", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}")
-    if text[end + len(TOOL_CALL_CLOSE):].strip():
+    body = start + len(TOOL_CALL_OPEN)
+    body += len(text[body:]) - len(text[body:].lstrip())
+    try:
+        obj, end = _JSON.raw_decode(text, body)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        if text.count(TOOL_CALL_OPEN) > 1:
+            return _multiple(text)
+        if text.find(TOOL_CALL_CLOSE, body) < 0:
+            return _invalid("unterminated_tool_call", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}")
+        return _invalid("bad_json", f"tool call is not valid JSON: {exc}")
+    rest = text[end:].lstrip()
+    if not rest.startswith(TOOL_CALL_CLOSE):
+        if TOOL_CALL_OPEN in rest:
+            return _multiple(text)
+        if TOOL_CALL_CLOSE not in rest:
+            return _invalid("unterminated_tool_call", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}")
+        return _invalid("bad_json", f"tool call is not valid JSON: text after the JSON value, "
+                                    f"before {TOOL_CALL_CLOSE}")
+    after = rest[len(TOOL_CALL_CLOSE):]
+    if after.strip():
+        if TOOL_CALL_OPEN in after:
+            return _multiple(text)
         return _invalid("text_after_tool_call",
                         f"text after {TOOL_CALL_CLOSE}; end the turn right after the call")
-    body = text[start:end].strip()
-    try:
-        obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return _invalid("bad_json", f"tool call is not valid JSON: {exc}")
     error = jsonschema.exceptions.best_match(_CALL_VALIDATOR.iter_errors(obj))
     if error is not None or not isinstance(obj, dict):
         return _invalid("bad_call", 'tool call must be {"name": "<tool>", "args": {...}}')
@@ -236,6 +280,11 @@ def parse_action(text: str) -> ParsedAction:
     if reason:
         return _invalid("bad_args", reason)
     return ParsedAction(ToolCall(name, args))
+
+
+def _multiple(text: str) -> ParsedAction:
+    return _invalid("multiple_tool_calls",
+                    f"{text.count(TOOL_CALL_OPEN)} tool calls in one turn (exactly one)")
 
 
 def _invalid(kind: str, message: str) -> ParsedAction:

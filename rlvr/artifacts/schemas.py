@@ -172,7 +172,7 @@ TRAJECTORIES = pa.schema(
         ("policy_version", pa.string()),           # of the first turn (a weights hash)
         ("policy_step", pa.int64()),               # its ordinal: 0 = initial policy (teachers: 0)
         ("turn_policy_versions", pa.list_(pa.string())),
-        ("decoding", pa.string()),                 # JSON: temperature, top_p, top_k, stop ids
+        ("decoding", pa.string()),                 # JSON: temperature, top_p, top_k, grammar, stop ids
         ("decoding_seed", pa.int64()),             # the run seed every sampling seed derives from
         ("budgets", pa.string()),                  # JSON of the episode budgets
         ("repetition", pa.string()),               # JSON of the repetition-guard params

@@ -26,6 +26,23 @@ from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 from rlvr.errors import ConfigError
 
 
+# Grammars a turn can be constrained to (`Decoding.grammar`), name -> "module:function"
+# returning its Lark source, resolved on first use (rlvr.engines.constraint compiles them):
+# the tool-call grammar belongs to the agent's tool contract, not to the engines.
+GRAMMARS: dict[str, str] = {
+    "tool_call": "rlvr.agent.tools:turn_grammar",
+}
+
+
+def check_grammar(name: str, where: str = "decoding.grammar") -> str:
+    """`name` if it is "" (no constraint) or a registered grammar, else a ConfigError naming
+    the field."""
+    if not isinstance(name, str) or (name and name not in GRAMMARS):
+        raise ConfigError(f"{where}: unknown grammar {name!r} (known: \"\" = none, "
+                          f"{', '.join(sorted(GRAMMARS))})")
+    return name
+
+
 @dataclass(frozen=True)
 class Decoding:
     """The decoding knobs, defined and validated here only: `rollout.decoding` in params.yaml,
@@ -35,9 +52,15 @@ class Decoding:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # 1 = off
     top_k: int = 0  # 0 = off
+    # A grammar every sampled turn must stay inside ("" = none; `tool_call`: reasoning + one
+    # schema-valid tool call + end of turn, rlvr.engines.constraint). Part of the behaviour
+    # distribution: the trainer replays its mask. Token engines honour it; a text teacher's
+    # demonstrations are canonical calls already.
+    grammar: str = ""
 
     def __post_init__(self) -> None:
         """Refuse knobs that have no meaning, naming the field (a ConfigError: exit 2)."""
+        check_grammar(self.grammar)
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ConfigError(f"decoding.temperature: must be a finite number >= 0, got {self.temperature!r}")
         if not (0.0 < self.top_p <= 1.0):
@@ -46,7 +69,7 @@ class Decoding:
             raise ConfigError(f"decoding.top_k: must be >= 0 (0 = off), got {self.top_k!r}")
 
     def knobs(self) -> dict:
-        """temperature, top_p and top_k alone (also of a SamplingParams)."""
+        """temperature, top_p, top_k and grammar alone (also of a SamplingParams)."""
         return {f.name: getattr(self, f.name) for f in fields(Decoding)}
 
 

@@ -8,7 +8,9 @@ only on the logits of one step, so `TorchEngine.score` (and the trainer) can rec
 same numbers from a teacher-forced forward pass.
 
 Conventions (documented because the trainer must follow them too):
-* order: temperature, then top-k, then top-p (as Hugging Face's default warpers);
+* order: the grammar mask (`Decoding.grammar`, `rlvr.engines.constraint`: disallowed tokens
+  get -inf logits, as vLLM applies its structured-output bitmask before its sampler), then
+  temperature, then top-k, then top-p (as Hugging Face's default warpers);
 * top-k keeps every logit >= the k-th largest (ties at the boundary are kept);
 * top-p keeps the *minimal nucleus*: tokens in descending probability order up to and
   including the first one at which the cumulative mass reaches `top_p`; the top token is
@@ -38,12 +40,24 @@ def check_params(params: SamplingParams, vocab_size: int | None = None) -> None:
             raise ConfigError(f"sampling.stop_token_ids: {bad} outside the vocabulary (size {vocab_size})")
 
 
+def allowed_mask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[..., W] int32 token bitmask (bit j of word w: token 32w + j is allowed; the layout of
+    `rlvr.engines.constraint`) -> [..., vocab_size] bool."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1  # [..., W, 32]
+    return bits.flatten(-2)[..., :vocab_size].bool()
+
+
 def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-                   top_p: float = 1.0) -> torch.Tensor:
+                   top_p: float = 1.0, allowed: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] logits -> [..., V] fp32 log-probabilities of the processed distribution
-    (-inf outside its support). Each row depends only on its own logits. Differentiable in
-    `logits` (the masks are computed from detached values), so a trainer can use it too."""
+    (-inf outside its support). Each row depends only on its own logits (and its row of
+    `allowed`, a [..., W] int32 grammar bitmask: tokens it does not allow are removed
+    first). Differentiable in `logits` (the masks are computed from detached values), so a
+    trainer can use it too."""
     x = logits.float()
+    if allowed is not None:
+        x = x.masked_fill(~allowed_mask(allowed.to(x.device), x.shape[-1]), NEG_INF)
     if temperature == 0:
         out = torch.full_like(x, NEG_INF)
         return out.scatter(-1, x.detach().argmax(-1, keepdim=True), 0.0)
@@ -80,8 +94,11 @@ def _outside_nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     return probs < tau
 
 
-def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    return process_logits(logits, params.temperature, params.top_k, params.top_p)
+def process(logits: torch.Tensor, params: SamplingParams,
+            allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """`process_logits` under `params`' knobs; `allowed`: the grammar bitmask of each row
+    when `params.grammar` constrains it (the caller computed it: `rlvr.engines.constraint`)."""
+    return process_logits(logits, params.temperature, params.top_k, params.top_p, allowed)
 
 
 def sample(logprobs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -99,10 +116,11 @@ def sample(logprobs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True).squeeze(-1)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, params: SamplingParams,
+                   allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Processed logprob of `tokens` ([...]) under `logits` ([..., V]): what a trainer
     recomputes for the ratio against the stored behaviour logprobs."""
-    return process(logits, params).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return process(logits, params, allowed).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def entropy(logprobs: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
+from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.model_dir import Policy, load_policy
 from rlvr.engines.sampling import check_params, process, sample
 from rlvr.train.logprobs import sequence_logprobs
@@ -134,6 +135,7 @@ class TorchEngine:
         # only the fast decoder reads cached KV; the HF fallback re-prefills every turn
         self.prefix_cache = _PrefixCache(prefix_cache_tokens if self.backend == "fast" else 0)
         self._weights_key: tuple = ()
+        self._grammars: dict[str, TokenGrammar] = {}
         self.stats: dict[str, float] = {}
         self.last_stats: dict[str, float] = {}
 
@@ -180,6 +182,17 @@ class TorchEngine:
         if key != self._weights_key:
             self.prefix_cache.clear()
             self._weights_key = key
+
+    def grammar(self, name: str) -> TokenGrammar | None:
+        """Grammar `name` compiled for this engine's tokenizer (once), or None for ""."""
+        if not name:
+            return None
+        if name not in self._grammars:
+            if self.tokenizer is None:
+                raise ValueError(f"decoding.grammar {name!r} needs the policy's tokenizer; "
+                                 "this engine was built without one")
+            self._grammars[name] = TokenGrammar(name, self.tokenizer, self.vocab_size)
+        return self._grammars[name]
 
     # ---- generation ---------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, seed: int,
@@ -238,12 +251,24 @@ class TorchEngine:
         stop_ids = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long, device=dev)
         finished = layout.slot_sample == B  # dummies never produce anything
         slot_noise = noise[layout.slot_sample]
+        grammar = self.grammar(params.grammar)
+        matchers = grammar.start(B) if grammar is not None else None
         steps = slot_steps = 0
         for t in range(T):
-            lp = process(logits, params)
+            live = None
+            if grammar is not None:  # each live slot's mask; idle slots' rows stay all-allowed
+                live = torch.nonzero(~finished).squeeze(1).tolist()
+                owners = layout.slot_sample[live].tolist()
+                masks = torch.full((layout.S, grammar.words), -1, dtype=torch.int32)
+                grammar.fill_rows([(matchers[i], slot) for i, slot in zip(owners, live)], masks)
+                lp = process(logits, params, masks.to(dev))
+            else:
+                lp = process(logits, params)
             tok = sample(lp, slot_noise[:, t])
             out_tok[layout.slot_sample, t] = tok
             out_lp[layout.slot_sample, t] = lp.gather(1, tok[:, None]).squeeze(1)
+            if live is not None:
+                grammar.advance([matchers[i] for i in owners], tok[live].tolist())
             steps, slot_steps = steps + 1, slot_steps + layout.S
             if stop_ids.numel():
                 hit = torch.isin(tok, stop_ids) & ~finished
@@ -345,8 +370,12 @@ class TorchEngine:
         only = torch.zeros(len(seqs), L - 1, dtype=torch.bool, device=ids.device)
         for i, c in enumerate(completions):
             only[i, L - 1 - len(c): L - 1] = True  # next-token slots that predict c
+        grammar = self.grammar(params.grammar)
+        allowed = None
+        if grammar is not None:  # each completion is one constrained sample: replay its masks
+            allowed = torch.cat([grammar.replay(c) for c in completions]).to(ids.device)
         lp = sequence_logprobs(self.model, ids, mask, params, position_ids=pos,
-                               only=only).logprobs  # [n, L-1]
+                               only=only, allowed=allowed).logprobs  # [n, L-1]
         return [lp[i, L - 1 - len(c): L - 1].tolist() if c else []
                 for i, c in enumerate(completions)]
 

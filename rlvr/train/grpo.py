@@ -89,6 +89,7 @@ from rlvr.artifacts import schemas
 from rlvr.artifacts.io import temp_dir_beside
 from rlvr.config import as_dict
 from rlvr.engines.base import SamplingParams, WeightSource
+from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.model_dir import load_policy, weights_fingerprint
 from rlvr.errors import ConfigError
 from rlvr.rl.advantages import compute_advantages
@@ -191,6 +192,8 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
         state.policy_version = policy.version
     rp = rollout_params(rollout, params, base_dir)
     scoring = SamplingParams.of(rp.decoding, max_new_tokens=1)
+    grammar = (TokenGrammar(scoring.grammar, policy.tokenizer, model.config.vocab_size)
+               if scoring.grammar else None)
     resumed_from, step_seconds = state.step, []
     lock = threading.Lock()
     acting = producer = next_draw = sampler = None
@@ -213,7 +216,7 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     try:
         state = _loop(state, params, model, backend, policy, base_dir, run_dir, reference,
                       curriculum, controller, sampler, acting, producer, next_draw, scoring,
-                      lock, log, step_seconds)
+                      grammar, lock, log, step_seconds)
     finally:
         if producer is not None:
             producer.close()
@@ -234,7 +237,7 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
 
 
 def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, curriculum,
-          controller, sampler, acting, producer, next_draw, scoring, lock, log,
+          controller, sampler, acting, producer, next_draw, scoring, grammar, lock, log,
           step_seconds) -> _State:
     """Steps state.step + 1 .. params.steps of `train_grpo` (module docstring)."""
     model.train()
@@ -249,7 +252,7 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
                                                       / timing["time/rollout_s"])
         t1 = time.perf_counter()
         upd = train_on(model, backend, groups, params, scoring, reference, controller.coef,
-                       state.policy_step)
+                       state.policy_step, grammar=grammar)
         if upd["train/optimizer_steps"]:
             state.policy_step += int(upd["train/optimizer_steps"])
             state.policy_version = state_version(model)  # the same weights on every rank
@@ -287,8 +290,8 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
 
 
 def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOParams,
-             scoring: SamplingParams, reference, entropy_coef: float, policy_step: int
-             ) -> dict[str, float]:
+             scoring: SamplingParams, reference, entropy_coef: float, policy_step: int,
+             grammar: TokenGrammar | None = None) -> dict[str, float]:
     """The training half of a loop step on its drawn groups: the behaviour metrics of every
     drawn rollout at the pre-update weights (`behaviour_metrics`) and, if a group was
     accepted, the update on the accepted ones (`update_policy`; else
@@ -297,15 +300,17 @@ def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOPa
     scored twice; a model whose train mode differs from eval mode (dropout) gets the
     separate eval-mode pass over every row instead. With several ranks each scores its share
     of those rows (and trains its groups) and the tallies are joined, so every rank returns
-    the metrics of all of them."""
+    the metrics of all of them. `grammar`: `scoring.grammar` compiled for the policy's
+    tokenizer (rollouts sampled under it are scored under its masks)."""
     kept = [g for g in groups if g["status"] == "accepted"]
     fused = bool(kept) and same_in_train_mode(model)
     rest = [r for g in groups if not (fused and g["status"] == "accepted") for r in g["rows"]]
     # several ranks: each scores its share of the rows, the tallies are joined below
-    tally = behaviour_tally(model, rest[backend.rank::backend.world], scoring, params)
+    tally = behaviour_tally(model, rest[backend.rank::backend.world], scoring, params,
+                            grammar=grammar)
     if kept:
         out = update_policy(model, backend, kept, params, scoring, reference, entropy_coef,
-                            policy_step, tally=tally if fused else None)
+                            policy_step, tally=tally if fused else None, grammar=grammar)
     else:
         out = {"train/optimizer_steps": 0.0}
     if backend.world > 1:
@@ -517,13 +522,49 @@ class _Seq:
     turns: torch.Tensor      # [L] long, turn ids (-1 on the prompt)
     advantage: float
     n_turns: int             # turns with >= 1 predicted policy token (turn_mean's T_i)
+    allowed: torch.Tensor | None = None  # [n_policy, W] int32 grammar masks, token order
 
     @property
     def n_policy(self) -> int:
         return int(self.mask[1:].sum())  # token 0 is never predicted
 
 
-def _sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[_Seq]:
+def _seq(row: Mapping[str, Any], advantage: float, grammar: TokenGrammar | None) -> _Seq:
+    ids = torch.tensor(row["token_ids"], dtype=torch.long)
+    mask = torch.tensor(row["loss_mask"], dtype=torch.bool)
+    turns = torch.tensor(row["turn_ids"], dtype=torch.long)
+    return _Seq(ids, mask, torch.tensor(row["logprobs"], dtype=torch.float32), turns,
+                advantage, len(set(turns[1:][mask[1:]].tolist())),
+                grammar_masks(ids, mask, turns, grammar))
+
+
+def grammar_masks(ids: torch.Tensor, mask: torch.Tensor, turns: torch.Tensor,
+                  grammar: TokenGrammar | None) -> torch.Tensor | None:
+    """[n_policy, W] int32: the grammar mask the sampler applied before each predicted policy
+    token (tokens 1.. with `mask`, in order), replayed turn by turn from the grammar's start
+    (a grammar constrains one turn: each turn was its own generate call). None without a
+    grammar."""
+    if grammar is None:
+        return None
+    pos = torch.nonzero(mask[1:]).squeeze(1) + 1
+    if not len(pos):
+        return torch.zeros(0, grammar.words, dtype=torch.int32)
+    owner = turns[pos]
+    starts = [0] + (torch.nonzero(owner[1:] != owner[:-1]).squeeze(1) + 1).tolist() + [len(pos)]
+    return torch.cat([grammar.replay(ids[pos[a:b]].tolist())
+                      for a, b in zip(starts[:-1], starts[1:])])
+
+
+def check_scoring(scoring: SamplingParams, grammar: TokenGrammar | None) -> None:
+    """Rollouts sampled under a grammar are scored under its masks, and only then."""
+    have = grammar.name if grammar is not None else ""
+    if scoring.grammar != have:
+        raise ConfigError(f"grpo: scoring under decoding.grammar {scoring.grammar!r} needs that "
+                          f"grammar compiled for the policy's tokenizer (given: {have!r})")
+
+
+def _sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams,
+               grammar: TokenGrammar | None = None) -> list[_Seq]:
     rewards = torch.tensor([g["rewards"] for g in groups], dtype=torch.float64)  # [N, G]
     adv = compute_advantages(rewards, params.loss.advantage)                     # [N, G]
     out = []
@@ -532,17 +573,14 @@ def _sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams) -> list[
             if r["logprobs_kind"] != "behaviour":
                 raise ConfigError(f"grpo: rollout {r['trajectory_id']} has no behaviour "
                                   "logprobs (a text teacher's tokens are never trained by RL)")
-            mask = torch.tensor(r["loss_mask"], dtype=torch.bool)
-            turns = torch.tensor(r["turn_ids"], dtype=torch.long)
-            out.append(_Seq(torch.tensor(r["token_ids"], dtype=torch.long), mask,
-                            torch.tensor(r["logprobs"], dtype=torch.float32), turns,
-                            float(adv[gi, si]), len(set(turns[1:][mask[1:]].tolist()))))
+            out.append(_seq(r, float(adv[gi, si]), grammar))
     return out
 
 
 def _collate(seqs: Sequence[_Seq], idx: Sequence[int], device) -> dict[str, torch.Tensor]:
     """Right-padded next-token tensors of `idx`: ids [b, L]; mask, behaviour, turns
-    [b, L-1] (position j = token j+1); adv [b]."""
+    [b, L-1] (position j = token j+1); adv [b]; allowed [N, W] (the grammar masks of the
+    mask's N positions, row-major: `sequence_logprobs`' order) or None."""
     L = max(len(seqs[i].ids) for i in idx)
     b = len(idx)
     ids = torch.zeros(b, L, dtype=torch.long)
@@ -556,7 +594,9 @@ def _collate(seqs: Sequence[_Seq], idx: Sequence[int], device) -> dict[str, torc
     return {"ids": ids.to(device), "mask": mask[:, 1:].to(device),
             "behaviour": beh[:, 1:].to(device), "turns": turns[:, 1:].clamp(min=0).to(device),
             "adv": torch.tensor([seqs[i].advantage for i in idx], dtype=torch.float32,
-                                device=device)}
+                                device=device),
+            "allowed": (torch.cat([seqs[i].allowed for i in idx]).to(device)
+                        if seqs[idx[0]].allowed is not None else None)}
 
 
 def rank_groups(part: Sequence[int], rank: int, world: int) -> list[int]:
@@ -624,7 +664,8 @@ def same_in_train_mode(model) -> bool:
 
 def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOParams,
                   scoring: SamplingParams, reference, entropy_coef: float,
-                  policy_step: int, tally: BehaviourTally | None = None) -> dict[str, float]:
+                  policy_step: int, tally: BehaviourTally | None = None,
+                  grammar: TokenGrammar | None = None) -> dict[str, float]:
     """`epochs` x `mini_batches` optimizer steps of the SPEC §7 loss on the accepted groups.
 
     π_old (the weights before this update) costs no forward of its own where it need not:
@@ -656,7 +697,8 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     `tally` gets this rank's rows only (`BehaviourTally.merged` joins them)."""
     cfg, G = params.loss, params.group_size
     rank, world = backend.rank, backend.world
-    seqs = _sequences(groups, params)
+    check_scoring(scoring, grammar)
+    seqs = _sequences(groups, params, grammar)
     lengths = [len(s.ids) for s in seqs]
     device = params.device
     parts = split_groups(len(groups), params.mini_batches)
@@ -676,7 +718,7 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     def score(m, batch, grad: bool, entropy: bool = False):
         with torch.set_grad_enabled(grad):
             return sequence_logprobs(m, batch["ids"], None, scoring, only=batch["mask"],
-                                     with_entropy=entropy,
+                                     allowed=batch["allowed"], with_entropy=entropy,
                                      entropy_grad=grad and bool(entropy_coef),
                                      chunk_tokens=params.head_chunk_tokens)
 
@@ -813,27 +855,26 @@ def lr_at(optimizer_step: int, params: GRPOParams) -> float:
 
 
 def behaviour_metrics(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
-                      params: GRPOParams, tally: BehaviourTally | None = None
-                      ) -> dict[str, float]:
+                      params: GRPOParams, tally: BehaviourTally | None = None,
+                      grammar: TokenGrammar | None = None) -> dict[str, float]:
     """Entropy of the processed next-token distribution on every drawn rollout's policy
     tokens (the behaviour policy: synchronous, so the trainer's weights before the update)
     and the sampler/trainer logprob mismatch over the same tokens (logged, never assumed
     zero). No gradient. `tally`: sums already gathered for other rows (the update's own
     forward, `update_policy`), to which these rows are added."""
-    return behaviour_tally(model, rows, scoring, params, tally).metrics()
+    return behaviour_tally(model, rows, scoring, params, tally, grammar).metrics()
 
 
 def behaviour_tally(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
-                    params: GRPOParams, tally: BehaviourTally | None = None
-                    ) -> BehaviourTally:
+                    params: GRPOParams, tally: BehaviourTally | None = None,
+                    grammar: TokenGrammar | None = None) -> BehaviourTally:
     """`behaviour_metrics`' no-grad pass (eval mode) over `rows`, into `tally` (or a new one)."""
+    check_scoring(scoring, grammar)
     tally = tally if tally is not None else BehaviourTally()
     rows = [r for r in rows if r["logprobs_kind"] == "behaviour" and sum(r["loss_mask"]) > 0]
     if not rows:
         return tally
-    seqs = [_Seq(torch.tensor(r["token_ids"]), torch.tensor(r["loss_mask"], dtype=torch.bool),
-                 torch.tensor(r["logprobs"], dtype=torch.float32),
-                 torch.tensor(r["turn_ids"]), 0.0, int(r["n_turns"])) for r in rows]
+    seqs = [_seq(r, 0.0, grammar) for r in rows]
     was_training = model.training
     model.eval()
     try:
@@ -842,7 +883,8 @@ def behaviour_tally(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingP
                                        params.micro_batch_tokens):
                 b = _collate(seqs, micro, params.device)
                 sc = sequence_logprobs(model, b["ids"], None, scoring, only=b["mask"],
-                                       with_entropy=True, chunk_tokens=params.head_chunk_tokens)
+                                       allowed=b["allowed"], with_entropy=True,
+                                       chunk_tokens=params.head_chunk_tokens)
                 tally.add(sc.entropy, sc.logprobs, b["behaviour"], b["mask"])
     finally:
         model.train(was_training)

@@ -2,7 +2,7 @@
 
 `sequence_logprobs` scores every next token of whole (multi-turn) sequences with one forward
 pass, under exactly the processed distribution the engines sample from
-(`rlvr.engines.sampling.process`: temperature, then top-k, then top-p, in fp32). The SFT loss,
+(`rlvr.engines.sampling.process`: grammar mask, temperature, top-k, top-p, in fp32). The SFT loss,
 `TorchEngine.score` and the RL ratio all call it, so "the behaviour logprob" is defined once.
 
 Alignment: position j of the result ([B, T-1]) is log π(input_ids[:, j+1] | input_ids[:, :j+1]),
@@ -55,13 +55,14 @@ class TokenScores:
 
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
                          params: SamplingParams | None = None, *, with_entropy: bool = False,
-                         entropy_grad: bool = True
+                         entropy_grad: bool = True, allowed: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[N, V] logits, [N] target ids -> ([N] processed logprob of each target, [N] entropy or
     None). The pure math under `sequence_logprobs` (and what the loss-mask tests probe).
-    `entropy_grad=False`: the entropy is computed under no_grad (same values, no graph)."""
+    `entropy_grad=False`: the entropy is computed under no_grad (same values, no graph).
+    `allowed`: [N, W] int32 grammar bitmasks (`params.grammar`), applied before the knobs."""
     params = params or SamplingParams()
-    lp = process(logits, params)
+    lp = process(logits, params, allowed)
     tok = lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return tok, None
@@ -76,7 +77,8 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
                       position_ids: torch.Tensor | None = None,
                       only: torch.Tensor | None = None, with_entropy: bool = False,
                       entropy_grad: bool = True, aligned: bool = False,
-                      chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> TokenScores:
+                      chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+                      allowed: torch.Tensor | None = None) -> TokenScores:
     """Teacher-forced processed logprobs (and entropies) of every next token.
 
     * `input_ids` [B, T] long; `attention_mask` [B, T] (1 = real token; any padding side) or
@@ -88,6 +90,9 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
       whose token and predicting token are both real).
     * `with_entropy`: also the entropy of each processed next-token distribution;
       `entropy_grad=False` computes it without a graph (a logged metric, not a loss term).
+    * `allowed`: [N, W] int32 grammar bitmasks of the N selected positions in row-major
+      order (`only.nonzero()`'s), for samples drawn under `params.grammar`
+      (`rlvr.engines.constraint.TokenGrammar.replay` recomputes them from the tokens).
 
     Gradient-enabled unless the caller runs it under no_grad / inference_mode.
     """
@@ -103,6 +108,9 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         sel = only.bool()
     rows, cols = sel.nonzero(as_tuple=True)
     targets = input_ids[:, 1:][rows, cols]  # [N]
+    if allowed is not None and allowed.shape[0] != targets.shape[0]:
+        raise ValueError(f"allowed: {allowed.shape[0]} grammar masks for {targets.shape[0]} "
+                         "selected positions")
     if _head_split_ok(model):
         hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
                                      position_ids=position_ids).last_hidden_state  # [B, T, H]
@@ -112,7 +120,7 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
                        position_ids=position_ids).logits
         feats, head = logits[:, :-1][rows, cols], None  # [N, V]
     lp, ent = _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens,
-                              entropy_grad)
+                              entropy_grad, allowed)
     out_lp = torch.zeros(B, T - 1, dtype=torch.float32, device=input_ids.device)
     out_lp = out_lp.index_put((rows, cols), lp)
     out_ent = None
@@ -138,23 +146,25 @@ def _head_split_ok(model) -> bool:
 
 
 def _chunked_scores(feats, targets, head, params, with_entropy, chunk_tokens,
-                    entropy_grad=True):
-    """Head (if any) + processing over row chunks of feats [N, H or V]; -> [N], [N] | None.
-    With gradients on and more than one chunk, each chunk is checkpointed."""
-    def score(f, t):
+                    entropy_grad=True, allowed=None):
+    """Head (if any) + processing over row chunks of feats [N, H or V] (and of the grammar
+    bitmasks `allowed` [N, W]); -> [N], [N] | None. With gradients on and more than one
+    chunk, each chunk is checkpointed."""
+    def score(f, t, a=None):
         logits = head(f) if head is not None else f
         lp, ent = logprobs_from_logits(logits, t, params, with_entropy=with_entropy,
-                                       entropy_grad=entropy_grad)
+                                       entropy_grad=entropy_grad, allowed=a)
         return (lp, ent) if with_entropy else (lp,)
 
     N = feats.shape[0]
+    cut = lambda x, s: None if x is None else x[s:s + chunk_tokens]  # noqa: E731
     if N <= chunk_tokens:
-        parts = [score(feats, targets)]
+        parts = [score(feats, targets, allowed)]
     else:
         grad = torch.is_grad_enabled() and feats.requires_grad
-        parts = [checkpoint(score, feats[s:s + chunk_tokens], targets[s:s + chunk_tokens],
+        parts = [checkpoint(score, cut(feats, s), cut(targets, s), cut(allowed, s),
                             use_reentrant=False) if grad
-                 else score(feats[s:s + chunk_tokens], targets[s:s + chunk_tokens])
+                 else score(cut(feats, s), cut(targets, s), cut(allowed, s))
                  for s in range(0, N, chunk_tokens)]
     lp = torch.cat([p[0] for p in parts])
     ent = torch.cat([p[1] for p in parts]) if with_entropy else None

@@ -24,14 +24,17 @@ def parse_error_probe(tasks: Sequence[Task], params: RolloutParams, sandbox_para
                       *, sandbox=None, tokenizer=None) -> Callable[[int, Any], dict[str, float]]:
     """`on_eval(step, model)` for `rlvr.train.sft.train_sft`: one rollout per task with the
     model as a torch engine (`params` gives budgets and decoding; its engine fields are
-    ignored); each evaluation step is its own sampling round, so probes never replay."""
+    ignored); each evaluation step is its own sampling round, so probes never replay. It
+    samples without `decoding.grammar`: the signal is whether the *weights* have learned the
+    format, which a grammar would hide (it forces every call to parse)."""
     from rlvr.engines.model_dir import load_tokenizer
     from rlvr.engines.torch_engine import TorchEngine
     from rlvr.sandbox import get_sandbox
 
     tok = tokenizer or load_tokenizer(params.model_dir)
     box = sandbox or get_sandbox(sandbox_params.backend)
-    probe = dataclasses.replace(params, engine="torch", group_size=1, policy_version="")
+    probe = dataclasses.replace(params, engine="torch", group_size=1, policy_version="",
+                                decoding=dataclasses.replace(params.decoding, grammar=""))
 
     def on_eval(step: int, model) -> dict[str, float]:
         engine = TorchEngine.from_model(model, tok, policy_version=f"sft-step{step}",

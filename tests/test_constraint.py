@@ -1,0 +1,137 @@
+"""Grammar-constrained decoding (`Decoding.grammar`): what the grammar admits parses, the
+sampler's masks are the ones the trainer replays, and a sample not drawn under the grammar
+cannot be scored as if it were."""
+from __future__ import annotations
+
+import pytest
+import torch
+from test_agent_tools import VALID_CALLS
+
+from rlvr.agent.tools import format_tool_call, parse_action
+from rlvr.chat_format import IM_END
+from rlvr.engines.base import Decoding, SamplingParams
+from rlvr.engines.constraint import GrammarError
+from rlvr.engines.sampling import allowed_mask, process_logits
+from rlvr.engines.torch_engine import TorchEngine
+from rlvr.errors import ConfigError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def engine(policy_dir):
+    return TorchEngine(policy_dir)
+
+
+@pytest.fixture(scope="module")
+def grammar(engine):
+    return engine.grammar("tool_call")
+
+
+def _turn_ids(engine, text: str) -> list[int]:
+    return engine.tokenizer.encode(text) + [engine.tokenizer.convert_tokens_to_ids(IM_END)]
+
+
+def _prompt(engine) -> list[int]:
+    return engine.tokenizer.encode("<|im_start|>user\nfix it<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("name,args", VALID_CALLS)
+def test_every_canonical_call_is_in_the_grammar(engine, grammar, name, args):
+    """What the scripted teacher and pretraining write (`format_tool_call`) is admitted, with
+    or without reasoning, so SFT imitates text the constrained sampler can produce."""
+    for reasoning in ("", "Try `x < 1` -> `x <= 1` first."):
+        ids = _turn_ids(engine, format_tool_call(name, args, reasoning))
+        masks = grammar.replay(ids)
+        assert masks.shape == (len(ids), grammar.words)
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": "submit", "args": {}}</tool_call><tool_call>{"name": "submit", '
+    '"args": {}}</tool_call>',                                    # two calls
+    '<tool_call>{"name":"submit","args":{}}</tool_call>',        # not the canonical separators
+    '<tool_call>{"args": {}, "name": "submit"}</tool_call>',     # keys out of order
+    '<tool_call>{"name": "view", "args": {"path": "a", "start": 0}}</tool_call>',  # schema
+    '<tool_call>{"name": "rm", "args": {}}</tool_call>',
+    'no call at all',
+])
+def test_what_the_grammar_refuses_raises_on_replay(engine, grammar, text):
+    with pytest.raises(GrammarError, match="outside the grammar"):
+        grammar.replay(_turn_ids(engine, text))
+
+
+def test_reasoning_cannot_spell_a_marker_with_ordinary_tokens(engine, grammar):
+    """The parser reads text, so `<tool_call>` spelled out of ordinary tokens in the reasoning
+    would open a second call: the grammar's reasoning excludes every special token's text."""
+    tok = engine.tokenizer
+    spelled = tok.encode("I call <") + tok.encode("tool_call> now\n")
+    assert tok.convert_tokens_to_ids("<tool_call>") not in spelled
+    call = _turn_ids(engine, format_tool_call("submit", {}))
+    grammar.replay(tok.encode("I call now\n") + call)  # the same reasoning without it is fine
+    with pytest.raises(GrammarError, match="outside the grammar"):
+        grammar.replay(spelled + call)
+
+
+def test_marker_text_inside_an_argument_parses():
+    """The parser reads the call as the JSON value after <tool_call>, so an argument holding a
+    marker's spelling (which the grammar's strings allow) is not a second call."""
+    text = format_tool_call("edit", {"path": "a.py", "old": "</tool_call>", "new": "<tool_call>"})
+    parsed = parse_action(text)
+    assert parsed.valid, parsed.error
+    assert parsed.call.args["old"] == "</tool_call>"
+
+
+def test_unknown_grammar_is_a_named_error():
+    with pytest.raises(ConfigError, match="decoding.grammar: unknown grammar 'json'"):
+        Decoding(grammar="json")
+
+
+def test_allowed_mask_unpacks_llguidance_bit_order():
+    words = torch.tensor([[0b101, -1 << 31]], dtype=torch.int32)  # tokens 0, 2 and 63
+    got = allowed_mask(words, 64)[0].nonzero().squeeze(1).tolist()
+    assert got == [0, 2, 63]
+    lp = process_logits(torch.zeros(1, 64), allowed=words)
+    assert torch.allclose(lp[0, [0, 2, 63]].exp(), torch.full((3,), 1 / 3))
+    assert torch.isinf(lp[0, 1]) and lp[0, 1] < 0
+
+
+def test_constrained_samples_parse_and_score_exactly(engine, grammar):
+    """Every sample that ends its turn parses; every sample (ended or cut by the budget) is a
+    grammar prefix whose replayed masks reproduce the behaviour logprobs the sampler
+    recorded (the masks are the sampler's, bit for bit, or the normalisers would differ)."""
+    stop = engine.tokenizer.convert_tokens_to_ids(IM_END)
+    params = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=160,
+                            stop_token_ids=(stop,), grammar="tool_call")
+    prompt = _prompt(engine)
+    samples = engine.generate([prompt] * 12, params, seed=3)
+    ended = [s for s in samples if s.finish_reason == "stop"]
+    assert ended, "no sample ended its turn (raise max_new_tokens)"
+    for s in ended:
+        text = engine.tokenizer.decode(s.token_ids[:-1], skip_special_tokens=False)
+        assert parse_action(text).valid, text
+    scored = engine.score_batch([prompt] * len(samples), [s.token_ids for s in samples], params)
+    gap = max(abs(a - b) for s, c in zip(samples, scored) for a, b in zip(s.logprobs, c))
+    assert gap < 1e-4
+    # the same tokens scored without the grammar are a different (wider) distribution
+    free = engine.score_batch([prompt], [ended[0].token_ids],
+                              SamplingParams(temperature=1.0, top_p=0.95))[0]
+    assert sum(free) < sum(ended[0].logprobs) - 1e-3
+
+
+def test_unconstrained_tokens_cannot_be_scored_under_the_grammar(engine):
+    stop = engine.tokenizer.convert_tokens_to_ids(IM_END)
+    free = SamplingParams(temperature=1.0, max_new_tokens=40, stop_token_ids=(stop,))
+    samples = engine.generate([_prompt(engine)] * 4, free, seed=0)
+    with pytest.raises(GrammarError, match="not sampled under it"):
+        engine.score_batch([_prompt(engine)] * 4, [s.token_ids for s in samples],
+                           SamplingParams(temperature=1.0, grammar="tool_call"))
+
+
+def test_grammar_sampling_is_seeded_per_sample(engine):
+    stop = engine.tokenizer.convert_tokens_to_ids(IM_END)
+    params = SamplingParams(temperature=1.0, max_new_tokens=48, stop_token_ids=(stop,),
+                            grammar="tool_call")
+    p = _prompt(engine)
+    alone = engine.generate([p], params, seed=5, sample_seeds=[7])[0]
+    batched = engine.generate([p[:4], p, p], params, seed=5, sample_seeds=[1, 7, 2])[1]
+    assert alone.token_ids == batched.token_ids
