@@ -10,6 +10,8 @@ in a fake venv. They test our client, not vLLM.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import random
@@ -166,6 +168,18 @@ def test_request_shape(stub):
         "top_p": 0.9, "top_k": 5, "seed": request_seed(5, 0), "logprobs": 0,
         "return_token_ids": True, "return_tokens_as_token_ids": True, "stop_token_ids": [STOP],
         "ignore_eos": True, "skip_special_tokens": False, "stream": False}
+
+
+def test_a_grammar_goes_as_structured_outputs(stub):
+    from rlvr.agent.tools import turn_grammar
+
+    s = stub()
+    eng = client(s)
+    eng.generate([[1, 2, 3]], dataclasses.replace(PARAMS, grammar="tool_call"), seed=5)
+    [req] = s.requests
+    assert req["body"]["structured_outputs"] == {"grammar": turn_grammar()}
+    with pytest.raises(VllmRequestError, match="score under decoding.grammar 'tool_call'"):
+        eng.score([1, 2], [3], dataclasses.replace(PARAMS, grammar="tool_call"))
 
 
 def test_samples_come_back_in_prompt_order_with_their_own_streams(stub):
@@ -553,6 +567,27 @@ def test_real_behaviour_logprobs_match_torch_scoring(real, t, top_p, top_k):
     for s in out:
         assert s.finish_reason == ("stop" if s.token_ids[-1] == 2 else "length")
         assert s.extras["policy_version"] == "v0"
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_real_grammar_constrained_samples_parse_and_match_torch_scoring(real):
+    """vLLM's structured outputs apply the tool-call grammar's mask before its sampler: the
+    processed logprobs it returns are those TorchEngine computes by replaying the mask."""
+    from rlvr.agent.tools import parse_action
+
+    eng, torch0, _, _ = real
+    tok = torch0.tokenizer
+    stop = tok.convert_tokens_to_ids("<|im_end|>")
+    params = SamplingParams(temperature=1.0, max_new_tokens=160, stop_token_ids=(stop,),
+                            grammar="tool_call")
+    prompt = tok.encode("<|im_start|>user\nfix it<|im_end|>\n<|im_start|>assistant\n")
+    out = eng.generate([prompt] * 8, params, seed=4)
+    for s in out:
+        if s.finish_reason == "stop":
+            assert parse_action(tok.decode(s.token_ids[:-1], skip_special_tokens=False)).valid
+    scored = torch0.score_batch([prompt] * 8, [s.token_ids for s in out], params)
+    assert _max_diff([s.logprobs for s in out], scored) < 1e-3
 
 
 @pytest.mark.vllm

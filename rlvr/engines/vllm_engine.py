@@ -101,9 +101,19 @@ def request_seed(seed: int, key: int) -> int:
 
 
 def completion_request(model: str, prompt: Sequence[int], params: SamplingParams, seed: int) -> dict:
-    """Body of a `/v1/completions` request sampling one continuation of a token-id prompt."""
+    """Body of a `/v1/completions` request sampling one continuation of a token-id prompt.
+    A `params.grammar` goes as vLLM structured outputs (`structured_outputs.grammar`, the
+    same Lark source TorchEngine compiles; vLLM routes a Lark grammar with embedded JSON
+    schemas to its llguidance backend), whose bitmask vLLM applies to the logits before its
+    sampler, so the processed logprobs it returns are under the masked distribution, as
+    TorchEngine's are."""
     if not prompt:
         raise VllmRequestError("empty prompt: a completion needs at least one prompt token")
+    grammar = {}
+    if params.grammar:
+        from rlvr.engines.constraint import grammar_source
+
+        grammar = {"structured_outputs": {"grammar": grammar_source(params.grammar)}}
     return {
         "model": model,
         "prompt": [int(t) for t in prompt],
@@ -120,6 +130,7 @@ def completion_request(model: str, prompt: Sequence[int], params: SamplingParams
         "ignore_eos": True,
         "skip_special_tokens": False,
         "stream": False,
+        **grammar,
     }
 
 
@@ -347,6 +358,11 @@ class VllmEngine:
         from rlvr.engines.sampling import check_params, process_logits
 
         check_params(params)
+        if params.grammar:
+            raise VllmRequestError(
+                f"score under decoding.grammar {params.grammar!r}: the server returns raw "
+                "distributions and this client holds no tokenizer to replay the grammar's "
+                "masks; score with TorchEngine (or the trainer) on the same policy directory")
         completion = [int(t) for t in completion]
         if not completion:
             return []
