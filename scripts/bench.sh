@@ -19,6 +19,7 @@ run enclave-bwrap python bench/enclave.py
 if [ "$started" = 1 ]; then run enclave-docker python bench/enclave.py --backend docker --sizes 20,50; fi
 run consensus python bench/consensus.py --trials 1000 --workers 2
 run engine python bench/engine.py --threads 1
+run grammar python bench/grammar.py $( [ -d models/policy-sft ] && echo --model models/policy-sft )
 run synthesize python bench/synthesize.py --workers 1,2
 run sft python bench/sft.py --demos 48 --batch 8 --threads 2
 run tools python bench/tools.py --backend bwrap --calls 6
