@@ -226,7 +226,8 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     model.eval()
     if lead:
         write_policy(out_dir, model, policy, base_dir,
-                     card(base_dir, params, state, found, curriculum.report()))
+                     card(base_dir, params, state, found, curriculum.report(),
+                          decoding=rp.decoding.knobs()))
     backend.barrier()  # no rank returns before the policy directory exists
     return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
                       policy_version=state.policy_version, curves=state.curves,
@@ -1032,9 +1033,11 @@ def optimizer_file(rank: int) -> str:
     return OPTIMIZER if rank == 0 else f"optimizer-rank{rank}.pt"
 
 
-def card(base_dir: Path, params: GRPOParams, state: _State, found, curriculum_report
-         ) -> dict[str, Any]:
-    """`training.json`: what the gate reads (`curves`, `flags`) and the update passport."""
+def card(base_dir: Path, params: GRPOParams, state: _State, found, curriculum_report,
+         decoding: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`training.json`: what the gate reads (`curves`, `flags`) and the update passport;
+    `decoding`: the behaviour distribution's knobs (grammar included) the ratio was taken
+    under."""
     statuses: dict[str, int] = {}
     for g in state.ledger:
         statuses[g["status"]] = statuses.get(g["status"], 0) + 1
@@ -1047,7 +1050,8 @@ def card(base_dir: Path, params: GRPOParams, state: _State, found, curriculum_re
         "policy_step": state.policy_step,
         "policy_version_in_memory": state.policy_version,
         "steps": state.step,
-        "passport": params.passport(denominator),
+        "passport": {**params.passport(denominator),
+                     **({"decoding": dict(decoding)} if decoding is not None else {})},
         "params": as_dict(params),
         "curves": [_clean(c) for c in state.curves],
         "flags": pathology.flags(found),
