@@ -87,6 +87,24 @@ def training_tasks(pool, params, root: Path, name: str):
     return first + random.Random(params.seed).sample(rest, params.max_tasks - len(first))
 
 
+def pipeline_rows(root: Path, checkpoint: str, sets, samples_per_task: int) -> list[dict]:
+    """`checkpoint`'s rows of the pipeline's evaluation for exactly the tasks of `sets`; a
+    named error unless every planned (tier, task, sample) is there once."""
+    from rlvr.artifacts import schemas
+    from rlvr.artifacts.io import read_table
+
+    table = read_table(root / "artifacts/eval.parquet", schemas.EVAL, contract="eval")
+    rows = [r for r in table.to_pylist()
+            if r["checkpoint"] == checkpoint and r["tier"] in {s.tier for s in sets}]
+    want = {(s.tier, t, i) for s in sets for t in s.task_ids for i in range(samples_per_task)}
+    got = [(r["tier"], r["task_id"], r["sample_index"]) for r in rows]
+    if sorted(got) != sorted(want):
+        raise SystemExit(f"--reuse-sft: {root}/artifacts/eval.parquet holds {len(got)} "
+                         f"'{checkpoint}' episodes, not the {len(want)} this evaluation plans "
+                         "(another params file or code?): evaluate SFT instead")
+    return rows
+
+
 def plot_curves(curves: dict[int, list[dict]], png: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -119,6 +137,10 @@ def main() -> None:
                                                     "regression"])
     ap.add_argument("--out", type=Path, default=ROOT / "docs/learning/grpo")
     ap.add_argument("--work", type=Path, default=ROOT / "build/learning-grpo")
+    ap.add_argument("--reuse-sft", action="store_true",
+                    help="take SFT's rows from the pipeline's artifacts/eval.parquet (same "
+                         "params file, so the same tasks and sample seeds) instead of "
+                         "evaluating it again (~8 min)")
     args = ap.parse_args()
     os.environ.setdefault("RLVR_TRACKING", "off")
     params_file = args.root / "params.yaml"
@@ -141,7 +163,9 @@ def main() -> None:
             return verify_patches(task_list, patches, verify, sandbox, enclave=enclave,
                                   where="grpo")
 
-        rows = evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft", enclave=enclave)
+        rows = (pipeline_rows(args.root, "sft", sets, evalp.samples_per_task) if args.reuse_sft
+                else evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft",
+                                         enclave=enclave))
         for seed in args.seeds:
             p = dataclasses.replace(grpo, seed=seed)
             tasks = training_tasks(pool, p, args.root, args.preset)

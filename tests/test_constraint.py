@@ -95,21 +95,26 @@ def test_allowed_mask_unpacks_llguidance_bit_order():
     assert torch.isinf(lp[0, 1]) and lp[0, 1] < 0
 
 
-def test_constrained_samples_parse_and_score_exactly(engine, grammar):
+def test_constrained_samples_parse_and_score_exactly(policy_dir):
     """Every sample that ends its turn parses; every sample (ended or cut by the budget) is a
     grammar prefix whose replayed masks reproduce the behaviour logprobs the sampler
     recorded (the masks are the sampler's, bit for bit, or the normalisers would differ)."""
+    engine = TorchEngine(policy_dir, compact_below=0.95)  # compact as soon as 2 slots idle
     stop = engine.tokenizer.convert_tokens_to_ids(IM_END)
     params = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=160,
                             stop_token_ids=(stop,), grammar="tool_call")
     prompt = _prompt(engine)
-    samples = engine.generate([prompt] * 12, params, seed=3)
+    # two groups whose samples end at different steps: finished slots are compacted out of
+    # the batch and a group's spare slots become dummies, which sample under no matcher
+    prompts = [prompt] * 7 + [prompt[:-3]] * 5
+    samples = engine.generate(prompts, params, seed=3)
     ended = [s for s in samples if s.finish_reason == "stop"]
     assert ended, "no sample ended its turn (raise max_new_tokens)"
     for s in ended:
         text = engine.tokenizer.decode(s.token_ids[:-1], skip_special_tokens=False)
         assert parse_action(text).valid, text
-    scored = engine.score_batch([prompt] * len(samples), [s.token_ids for s in samples], params)
+    assert engine.last_stats["slot_steps"] < 2 * 7 * engine.last_stats["decode_steps"]  # compacted
+    scored = engine.score_batch(prompts, [s.token_ids for s in samples], params)
     gap = max(abs(a - b) for s, c in zip(samples, scored) for a, b in zip(s.logprobs, c))
     assert gap < 1e-4
     # the same tokens scored without the grammar are a different (wider) distribution

@@ -257,7 +257,7 @@ class TorchEngine:
         for t in range(T):
             live = None
             if grammar is not None:  # each live slot's mask; idle slots' rows stay all-allowed
-                live = torch.nonzero(~finished).squeeze(1).tolist()
+                live = torch.nonzero(~finished & (layout.slot_sample < B)).squeeze(1).tolist()
                 owners = layout.slot_sample[live].tolist()
                 masks = torch.full((layout.S, grammar.words), -1, dtype=torch.int32)
                 grammar.fill_rows([(matchers[i], slot) for i, slot in zip(owners, live)], masks)
