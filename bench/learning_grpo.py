@@ -39,7 +39,7 @@ from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
 from rlvr.artifacts.io import write_json  # noqa: E402
 from rlvr.enclave.batch import VerifyParams, verify_patches  # noqa: E402
 from rlvr.enclave.core import Enclave  # noqa: E402
-from rlvr.evaluate.params import load_params as load_eval_params  # noqa: E402
+from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # noqa: E402
 from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
 from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
@@ -54,7 +54,8 @@ CURVES = ("train/reward", "train/pass_at_1", "train/entropy", "train/informative
 def preset(params, name: str, args):
     """`grpo` params of the run: the DAG's, with this bench's overrides."""
     over = {k: v for k, v in (("steps", args.steps), ("learning_rate", args.lr),
-                              ("max_tasks", args.max_tasks)) if v is not None}
+                              ("max_tasks", args.max_tasks), ("tasks_per_draw", args.tasks_per_draw),
+                              ("max_draws", args.max_draws)) if v is not None}
     if name == "collapse":  # tiny task set, high lr, no KL, no entropy control
         over = {"max_tasks": 4, "learning_rate": 3e-3, "steps": 12, **over}
         if over["max_tasks"] < 1:  # 0 would mean "every task", the opposite of the preset
@@ -135,6 +136,11 @@ def main() -> None:
     ap.add_argument("--max-tasks", type=int, help="grpo.max_tasks (default: params.yaml)")
     ap.add_argument("--tiers", nargs="+", default=["train", "heldout_function", "heldout",
                                                     "regression"])
+    ap.add_argument("--tasks-per-tier", type=int, nargs=4, metavar=("TRAIN", "HF", "HO", "REG"),
+                    help="evaluate.tasks_per_tier (default: params.yaml)")
+    ap.add_argument("--samples", type=int, help="evaluate.samples_per_task (default: params.yaml)")
+    ap.add_argument("--tasks-per-draw", type=int, help="grpo.tasks_per_draw (default: params.yaml)")
+    ap.add_argument("--max-draws", type=int, help="grpo.max_draws (default: params.yaml)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs/learning/grpo")
     ap.add_argument("--work", type=Path, default=ROOT / "build/learning-grpo")
     ap.add_argument("--reuse-sft", action="store_true",
@@ -147,6 +153,10 @@ def main() -> None:
     grpo = preset(load_grpo_params(params_file), args.preset, args)
     rollout, sandbox = load_rollout_params(params_file)
     evalp, _ = load_eval_params(params_file)
+    if args.tasks_per_tier:
+        evalp = dataclasses.replace(evalp, tasks_per_tier=TierSizes(*args.tasks_per_tier))
+    if args.samples:
+        evalp = dataclasses.replace(evalp, samples_per_task=args.samples)
     pool = [args.root / "artifacts/tasks_authored.parquet",
             args.root / "artifacts/tasks_synthetic.parquet"]
     sets = [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,

@@ -7,7 +7,10 @@ import pytest
 import torch
 from test_agent_tools import VALID_CALLS
 
+from rlvr.agent.grammar import last_suspects
+from rlvr.agent.prompt import SYSTEM_PROMPT
 from rlvr.agent.tools import format_tool_call, parse_action
+from rlvr.agent.transcript import ChatCodec
 from rlvr.chat_format import IM_END
 from rlvr.engines.base import Decoding, SamplingParams
 from rlvr.engines.constraint import GrammarError
@@ -140,3 +143,93 @@ def test_grammar_sampling_is_seeded_per_sample(engine):
     alone = engine.generate([p], params, seed=5, sample_seeds=[7])[0]
     batched = engine.generate([p[:4], p, p], params, seed=5, sample_seeds=[1, 7, 2])[1]
     assert alone.token_ids == batched.token_ids
+
+
+# ---- the grammar narrowed to the observed state (tool_call_fixes) ---------------------
+LISTING = ("F.\n___ test_count ___\nassert 3 == 2\n"
+           "suspicious lines (run by failing tests, not by passing ones):\n"
+           "mini/core.py:4: if v <= limit:  [1 failing, 0 passing]\n"
+           "mini/core.py:5: total += 1  [1 failing, 1 passing]\n")
+
+
+def _after(codec, *turns: tuple[str, str]) -> list[int]:
+    """A prompt: the episode's opening, then (action text, observation) turns."""
+    ids = codec.initial_prompt(SYSTEM_PROMPT, "count_below counts one too many. Fix it.")
+    for action, observation in turns:
+        ids += codec.encode_action(action) + [codec.im_end]
+        ids += codec.observation_segment(observation, close_turn=False)
+    return ids
+
+
+RUN = format_tool_call("run_tests", {}, "Run the tests.")
+
+
+def _edit(engine, args) -> list[int]:
+    return _turn_ids(engine, format_tool_call("edit", args, "Try it."))
+
+
+def test_fixes_grammar_admits_only_named_fixes_with_a_site_on_a_listed_line(engine, policy_dir):
+    codec = ChatCodec.from_model_dir(policy_dir)
+    g = engine.grammar("tool_call_fixes")
+    prompt = _after(codec, (RUN, LISTING))
+    for args in ({"suspect": 1, "fix": "<"}, {"suspect": 1, "fix": "not"},
+                 {"suspect": 2, "fix": "-"}, {"suspect": 2, "fix": "-1"}):
+        g.replay(_edit(engine, args), prompt)
+    for args in ({"suspect": 1, "fix": "<="},          # the line is already `<=`
+                 {"suspect": 1, "fix": "+1"},          # no int literal on line 4
+                 {"suspect": 1, "fix": "<", "nth": 2},  # one site only
+                 {"suspect": 3, "fix": "<"},           # two lines were listed
+                 {"suspect": 2, "old": "+=", "new": "-="},  # copied text: outside
+                 {"path": "mini/core.py", "line": 4, "old": "<=", "new": "<"}):
+        with pytest.raises(GrammarError, match="outside the grammar"):
+            g.replay(_edit(engine, args), prompt)
+    for name, args in (("run_tests", {}), ("view", {"path": "mini/core.py"}), ("submit", {})):
+        g.replay(_turn_ids(engine, format_tool_call(name, args)), prompt)
+    # before any listing there is no edit at all
+    with pytest.raises(GrammarError):
+        g.replay(_edit(engine, {"suspect": 1, "fix": "<"}), _after(codec))
+    # whatever it admits parses against the contract's own schemas
+    assert parse_action(format_tool_call("edit", {"suspect": 2, "fix": "-1"})).valid
+
+
+def test_the_suspects_are_the_executors(policy_dir):
+    """The last run_tests that ran sets them; an error observation leaves them; an
+    infrastructure failure clears them; an invalid call is no run_tests."""
+    codec = ChatCodec.from_model_dir(policy_dir)
+    text = lambda *turns: codec.decode(_after(codec, *turns))  # noqa: E731
+    assert [s.line for s in last_suspects(text((RUN, LISTING)))] == [4, 5]
+    bad_path = format_tool_call("run_tests", {"path": "nope.py"})
+    assert len(last_suspects(text((RUN, LISTING), (bad_path, "error: nope.py is not a "
+                                                   "public test")))) == 2
+    infra = "error: the test sandbox failed (X); this is not your fault"
+    assert last_suspects(text((RUN, LISTING), (RUN, infra))) == []
+    assert last_suspects(text((RUN, LISTING), (RUN, "..\n2 passed"))) == []
+    assert len(last_suspects(text((RUN, LISTING), ('<tool_call>{"name": "run_tests"}',
+                                                   "error: invalid tool call")))) == 2
+
+
+def test_an_applied_edit_updates_the_line_it_addressed(policy_dir):
+    """A named fix that applied rewrites the shown line, so its undo (the inverse fix) is
+    admitted without running the tests again, and a failed edit changes nothing."""
+    codec = ChatCodec.from_model_dir(policy_dir)
+    fix = format_tool_call("edit", {"suspect": 1, "fix": "<"})
+    text = lambda *turns: codec.decode(_after(codec, (RUN, LISTING), *turns))  # noqa: E731
+    assert last_suspects(text((fix, "edited mini/core.py line 4")))[0].text == "if v < limit:"
+    assert last_suspects(text((fix, "error: mini/core.py: fix '<': no site")))[0].text \
+        == "if v <= limit:"
+    by_line = format_tool_call("edit", {"path": "mini/core.py", "line": 5, "old": "+=",
+                                        "new": "-="})
+    assert last_suspects(text((by_line, "edited mini/core.py")))[1].text == "total -= 1"
+
+
+def test_state_dependent_samples_replay_from_their_prompts(policy_dir):
+    """Per-sample grammars (each prompt its own state) are replayed from each prompt."""
+    engine = TorchEngine(policy_dir)
+    codec = ChatCodec.from_model_dir(policy_dir)
+    params = SamplingParams(temperature=1.0, max_new_tokens=96, stop_token_ids=(codec.im_end,),
+                            grammar="tool_call_fixes")
+    prompts = [_after(codec, (RUN, LISTING))] * 3 + [_after(codec)] * 3
+    samples = engine.generate(prompts, params, seed=1)
+    scored = engine.score_batch(prompts, [s.token_ids for s in samples], params)
+    gap = max(abs(a - b) for s, c in zip(samples, scored) for a, b in zip(s.logprobs, c))
+    assert gap < 1e-4

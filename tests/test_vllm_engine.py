@@ -171,13 +171,16 @@ def test_request_shape(stub):
 
 
 def test_a_grammar_goes_as_structured_outputs(stub):
-    from rlvr.agent.tools import turn_grammar
+    from rlvr.agent.grammar import tool_call
 
     s = stub()
     eng = client(s)
     eng.generate([[1, 2, 3]], dataclasses.replace(PARAMS, grammar="tool_call"), seed=5)
     [req] = s.requests
-    assert req["body"]["structured_outputs"] == {"grammar": turn_grammar()}
+    assert req["body"]["structured_outputs"] == {"grammar": tool_call()}
+    with pytest.raises(VllmRequestError, match="attached to a server"):
+        eng.generate([[1, 2, 3]], dataclasses.replace(PARAMS, grammar="tool_call_fixes"),
+                     seed=5)
     with pytest.raises(VllmRequestError, match="score under decoding.grammar 'tool_call'"):
         eng.score([1, 2], [3], dataclasses.replace(PARAMS, grammar="tool_call"))
 

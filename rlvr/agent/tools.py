@@ -20,7 +20,6 @@ from typing import Any
 import jsonschema
 
 from rlvr.agent.fixes import FIXES
-from rlvr.chat_format import IM_END, SPECIAL_TOKENS
 from rlvr.chat_format import TOOL_CALL as TOOL_CALL_OPEN
 from rlvr.chat_format import TOOL_CALL_END as TOOL_CALL_CLOSE
 
@@ -191,33 +190,6 @@ def format_tool_call(name: str, args: dict[str, Any], reasoning: str = "") -> st
     return f"{prefix}{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}"
 
 
-def turn_grammar() -> str:
-    """One assistant turn as a grammar (Lark, llguidance's dialect) for constrained decoding
-    (`rlvr.engines.constraint`, registered there as `tool_call`): reasoning text, exactly one
-    `<tool_call>` whose body is a call in `format_tool_call`'s canonical form (these
-    separators, keys in schema order, each tool's own schema), `</tool_call>`, `<|im_end|>`.
-
-    Every turn it admits parses (`parse_action`): it is the canonical subset of what the
-    parser accepts, so a policy decoded under it cannot make a format error (SPEC §8.3's
-    contract), only wrong calls. Reasoning may hold any text but the special tokens' own
-    spellings (the parser reads text, so `<tool_call>` spelled with ordinary tokens would
-    open a second call). The markers are the special tokens themselves (`<...>` in Lark),
-    never their spellings."""
-    call = {"anyOf": [{"type": "object",
-                       "properties": {"name": {"const": name}, "args": schema},
-                       "required": ["name", "args"], "additionalProperties": False}
-                      for name, schema in TOOL_SCHEMAS.items()],
-            "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
-                           "key_separator": ": "}}
-    spelled = "|".join("".join("\\" + c if c in "|/" else c for c in t)
-                       for t in SPECIAL_TOKENS)
-    return "\n".join([
-        f"start: REASONING {TOOL_CALL_OPEN} call {TOOL_CALL_CLOSE} {IM_END}",
-        f"REASONING: /(?s:.*)/ & ~/(?s:.*)({spelled})(?s:.*)/",
-        f"call: %json {json.dumps(call)}",
-    ])
-
-
 def validate_call(name: str, args: Any) -> str:
     """'' if `args` is valid for tool `name`, else a one-line reason."""
     validator = _VALIDATORS.get(name)
@@ -241,7 +213,7 @@ def parse_action(text: str) -> ParsedAction:
     The call is the one JSON value right after the first `<tool_call>`. Its strings may hold
     any text, the tool-call markers included (an `old` of "</tool_call>" is a legal, if odd,
     argument), so the markers are looked for around that value, never inside it; that is
-    what lets `turn_grammar` promise that every turn it admits parses."""
+    what lets `rlvr.agent.grammar` promise that every turn it admits parses."""
     start = text.find(TOOL_CALL_OPEN)
     if start < 0:
         return _invalid("missing_tool_call",

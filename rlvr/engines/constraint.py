@@ -19,24 +19,27 @@ token 32·w + j is allowed (`sampling.allowed_mask` unpacks them).
 
 Grammars are named (`Decoding.grammar`) and registered in `rlvr.engines.base.GRAMMARS` as
 "module:function" strings resolved here on first use, like the engines in `rlvr.engines`:
-the grammar of a tool call belongs to the agent's tool contract
-(`rlvr.agent.tools.turn_grammar`), not to the engines.
+the grammar of a tool call belongs to the agent's tool contract (`rlvr.agent.grammar`),
+not to the engines. A turn's grammar may depend on its prompt (the state the agent has
+seen): the sampler and the trainer both derive it from the same prompt tokens.
 """
 from __future__ import annotations
 
 import importlib
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import torch
 
-from rlvr.engines.base import GRAMMARS, check_grammar
+from rlvr.engines.base import CONTEXT_FREE, GRAMMARS, check_grammar
 from rlvr.errors import ConfigError
 
 
-def grammar_source(name: str) -> str:
-    """The Lark source of registered grammar `name`."""
+def grammar_source(name: str, transcript: str | None = None) -> str:
+    """The Lark source of registered grammar `name` for a turn after `transcript` (its
+    decoded prompt; unused by a context-free grammar)."""
     module, func = GRAMMARS[check_grammar(name)].split(":")
-    return getattr(importlib.import_module(module), func)()
+    return getattr(importlib.import_module(module), func)(transcript)
 
 
 def mask_words(vocab_size: int) -> int:
@@ -50,11 +53,12 @@ class GrammarError(RuntimeError):
 
 
 class TokenGrammar:
-    """Grammar `name` compiled for one tokenizer and a model vocabulary of `vocab_size` (which
-    may exceed the tokenizer's: those ids are never allowed). Compiled once; each sample
-    gets a copy of the pristine matcher (`start`), so a batch pays no per-sample compile."""
+    """Grammar `name` for one tokenizer and a model vocabulary of `vocab_size` (which may
+    exceed the tokenizer's: those ids are never allowed). A turn's grammar is a function of
+    its prompt (`rlvr.agent.grammar`); each distinct source is compiled once (an LRU of
+    `cache_size`), and each sample gets a copy of that pristine matcher (`start`)."""
 
-    def __init__(self, name: str, tokenizer, vocab_size: int):
+    def __init__(self, name: str, tokenizer, vocab_size: int, cache_size: int = 256):
         import llguidance
         import llguidance.hf
 
@@ -63,19 +67,41 @@ class TokenGrammar:
             raise ConfigError("TokenGrammar needs a grammar name (\"\" means unconstrained)")
         self.vocab_size = int(vocab_size)
         self.words = mask_words(self.vocab_size)
+        self.context_free = name in CONTEXT_FREE
+        self._hf = tokenizer
         self._tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size)
-        self._pristine = llguidance.LLMatcher(self._tokenizer, grammar_source(name),
-                                              log_level=0)
-        if self._pristine.is_error():
-            raise ConfigError(f"grammar {name!r} does not compile for this tokenizer: "
-                              f"{self._pristine.get_error()}")
-        # one worker thread: a decode step's masks cost ~0.2 ms per sample, and a thread pool
-        # competes with torch's own threads for the cores of a CPU box
+        self._compiled: OrderedDict[str, Any] = OrderedDict()
+        self._cache_size = cache_size
+        # one worker thread: a decode step's masks cost ~0.1 ms per sample, and a thread
+        # pool competes with torch's own threads for the cores of a CPU box
         self._executor = llguidance.LLExecutor(num_threads=1)
+        self._pristine(grammar_source(name))  # a grammar that does not compile fails here
 
-    def start(self, n: int) -> list:
-        """`n` matchers at the start of the grammar (one per sample of a generate call)."""
-        return [self._pristine.deep_copy() for _ in range(n)]
+    def source(self, prompt: Sequence[int]) -> str:
+        """The Lark source of the turn that follows `prompt` (token ids)."""
+        if self.context_free:
+            return grammar_source(self.name)
+        return grammar_source(self.name, self._hf.decode(list(prompt), skip_special_tokens=False))
+
+    def _pristine(self, source: str):
+        import llguidance
+
+        m = self._compiled.get(source)
+        if m is None:
+            m = llguidance.LLMatcher(self._tokenizer, source, log_level=0)
+            if m.is_error():
+                raise ConfigError(f"grammar {self.name!r} does not compile for this tokenizer: "
+                                  f"{m.get_error()}")
+            self._compiled[source] = m
+            if len(self._compiled) > self._cache_size:
+                self._compiled.popitem(last=False)
+        else:
+            self._compiled.move_to_end(source)
+        return m
+
+    def start(self, prompts: Sequence[Sequence[int]]) -> list:
+        """One matcher per prompt, at the start of that turn's grammar."""
+        return [self._pristine(self.source(p)).deep_copy() for p in prompts]
 
     def fill_rows(self, rows: Sequence[tuple[Any, int]], out: torch.Tensor) -> torch.Tensor:
         """Write the next-token bitmask of each (matcher, row) of `rows` into that row of
@@ -100,16 +126,16 @@ class TokenGrammar:
                 raise GrammarError(f"grammar {self.name!r}: matcher {i} refused token "
                                    f"{int(t)}: {m.get_error()}")
 
-    def replay(self, tokens: Sequence[int]) -> torch.Tensor:
+    def replay(self, tokens: Sequence[int], prompt: Sequence[int] = ()) -> torch.Tensor:
         """[n, W] int32: the bitmask the sampler applied before each of the n tokens of one
-        grammar-constrained sample (a turn), recomputed from a fresh matcher. A token its
-        mask did not allow raises GrammarError naming its position: a sample not drawn
-        under this grammar cannot be scored as if it were."""
+        grammar-constrained sample (a turn) after `prompt`, recomputed from a fresh matcher.
+        A token its mask did not allow raises GrammarError naming its position: a sample
+        not drawn under this grammar cannot be scored as if it were."""
         tokens = [int(t) for t in tokens]
         out = torch.zeros(len(tokens), self.words, dtype=torch.int32)
         if not tokens:
             return out
-        m = self.start(1)[0]
+        m = self.start([prompt])[0]
         # one call: the mask now, then after each of tokens[:-1] (the matcher rolls back)
         self._executor.unsafe_compute_mask_ptr_with_draft_token(
             [(m, 0, tokens[:-1])], out.data_ptr(), self.words * 4, len(tokens))

@@ -252,7 +252,7 @@ class TorchEngine:
         finished = layout.slot_sample == B  # dummies never produce anything
         slot_noise = noise[layout.slot_sample]
         grammar = self.grammar(params.grammar)
-        matchers = grammar.start(B) if grammar is not None else None
+        matchers = grammar.start(prompts) if grammar is not None else None
         steps = slot_steps = 0
         for t in range(T):
             live = None
@@ -373,7 +373,8 @@ class TorchEngine:
         grammar = self.grammar(params.grammar)
         allowed = None
         if grammar is not None:  # each completion is one constrained sample: replay its masks
-            allowed = torch.cat([grammar.replay(c) for c in completions]).to(ids.device)
+            allowed = torch.cat([grammar.replay(c, p) for p, c in zip(prompts, completions)]
+                                ).to(ids.device)
         lp = sequence_logprobs(self.model, ids, mask, params, position_ids=pos,
                                only=only, allowed=allowed).logprobs  # [n, L-1]
         return [lp[i, L - 1 - len(c): L - 1].tolist() if c else []

@@ -100,20 +100,20 @@ def request_seed(seed: int, key: int) -> int:
     return int.from_bytes(digest, "big") >> 2
 
 
-def completion_request(model: str, prompt: Sequence[int], params: SamplingParams, seed: int) -> dict:
+def completion_request(model: str, prompt: Sequence[int], params: SamplingParams, seed: int,
+                       grammar: str = "") -> dict:
     """Body of a `/v1/completions` request sampling one continuation of a token-id prompt.
-    A `params.grammar` goes as vLLM structured outputs (`structured_outputs.grammar`, the
-    same Lark source TorchEngine compiles; vLLM routes a Lark grammar with embedded JSON
-    schemas to its llguidance backend), whose bitmask vLLM applies to the logits before its
-    sampler, so the processed logprobs it returns are under the masked distribution, as
-    TorchEngine's are."""
+    `grammar`: the Lark source of `params.grammar` for this prompt (the same source
+    TorchEngine compiles), sent as vLLM structured outputs (`structured_outputs.grammar`;
+    vLLM routes a Lark grammar with embedded JSON schemas to its llguidance backend), whose
+    bitmask vLLM applies to the logits before its sampler, so the processed logprobs it
+    returns are under the masked distribution, as TorchEngine's are."""
     if not prompt:
         raise VllmRequestError("empty prompt: a completion needs at least one prompt token")
-    grammar = {}
-    if params.grammar:
-        from rlvr.engines.constraint import grammar_source
-
-        grammar = {"structured_outputs": {"grammar": grammar_source(params.grammar)}}
+    if bool(params.grammar) != bool(grammar):
+        raise VllmRequestError(f"decoding.grammar {params.grammar!r} needs its Lark source "
+                               "for this prompt (and only then)")
+    extra = {"structured_outputs": {"grammar": grammar}} if grammar else {}
     return {
         "model": model,
         "prompt": [int(t) for t in prompt],
@@ -130,7 +130,7 @@ def completion_request(model: str, prompt: Sequence[int], params: SamplingParams
         "ignore_eos": True,
         "skip_special_tokens": False,
         "stream": False,
-        **grammar,
+        **extra,
     }
 
 
@@ -232,6 +232,7 @@ class VllmEngine:
         self.policy_step = check_policy_step(policy_step)
         self.last_sync_seconds = 0.0
         self.server = server
+        self._tokenizer = None  # loaded on first use by a transcript-reading grammar
         self._transport = transport
         self._client: httpx.Client | None = None
         self._bind(base_url)
@@ -322,7 +323,8 @@ class VllmEngine:
         seeds = [request_seed(seed, int(k)) for k in keys]
         if params.max_new_tokens == 0:
             return [Sample(token_ids=[], logprobs=[], finish_reason="length") for _ in prompts]
-        bodies = [completion_request(self.model, p, params, s) for p, s in zip(prompts, seeds)]
+        bodies = [completion_request(self.model, p, params, s, g)
+                  for p, s, g in zip(prompts, seeds, self._grammars(prompts, params))]
         t0 = time.perf_counter()
         workers = max(1, min(self.params.max_concurrency, len(bodies)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -346,6 +348,29 @@ class VllmEngine:
             "seconds": time.perf_counter() - t0,
         }
         return samples
+
+    def _grammars(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[str]:
+        """The Lark source of `params.grammar` for each prompt ("" without one). A grammar
+        that reads the transcript needs the policy's tokenizer: that of the served
+        directory (an attached engine has none)."""
+        from rlvr.engines.base import CONTEXT_FREE
+        from rlvr.engines.constraint import grammar_source
+
+        if not params.grammar:
+            return [""] * len(prompts)
+        if params.grammar in CONTEXT_FREE:
+            return [grammar_source(params.grammar)] * len(prompts)
+        if self._tokenizer is None:
+            if self.server is None:
+                raise VllmRequestError(
+                    f"decoding.grammar {params.grammar!r} reads the transcript, which needs the "
+                    "policy's tokenizer; an engine attached to a server (base_url) has none")
+            from rlvr.engines.model_dir import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.server.model_dir)
+        return [grammar_source(params.grammar,
+                               self._tokenizer.decode(list(p), skip_special_tokens=False))
+                for p in prompts]
 
     def score(
         self, prompt: Sequence[int], completion: Sequence[int], params: SamplingParams

@@ -543,8 +543,8 @@ def grammar_masks(ids: torch.Tensor, mask: torch.Tensor, turns: torch.Tensor,
                   grammar: TokenGrammar | None) -> torch.Tensor | None:
     """[n_policy, W] int32: the grammar mask the sampler applied before each predicted policy
     token (tokens 1.. with `mask`, in order), replayed turn by turn from the grammar's start
-    (a grammar constrains one turn: each turn was its own generate call). None without a
-    grammar."""
+    (a grammar constrains one turn: each turn was its own generate call, whose prompt was
+    every token before it). None without a grammar."""
     if grammar is None:
         return None
     pos = torch.nonzero(mask[1:]).squeeze(1) + 1
@@ -552,7 +552,7 @@ def grammar_masks(ids: torch.Tensor, mask: torch.Tensor, turns: torch.Tensor,
         return torch.zeros(0, grammar.words, dtype=torch.int32)
     owner = turns[pos]
     starts = [0] + (torch.nonzero(owner[1:] != owner[:-1]).squeeze(1) + 1).tolist() + [len(pos)]
-    return torch.cat([grammar.replay(ids[pos[a:b]].tolist())
+    return torch.cat([grammar.replay(ids[pos[a:b]].tolist(), ids[:pos[a]].tolist())
                       for a, b in zip(starts[:-1], starts[1:])])
 
 
