@@ -15,7 +15,7 @@ seed) and the pass@k curves:
 `--preset collapse` is the run engineered to collapse (issue "Learning II" must-show 4): a
 tiny task set, a high learning rate, no KL, entropy control off. The tiny set is the training
 tasks some checkpoint solved in the pipeline's own evaluation (`artifacts/eval.parquet`,
-tier train), topped up with seeded training tasks: a set the policy cannot solve at all gives
+tier train, or `--solved-from`), topped up with seeded training tasks: a set the policy cannot solve at all gives
 every group identical rewards, so nothing would be trained, let alone collapse. Its report
 carries the pathology flags the trainer raised (`training.json` `flags`), which the release
 gate reads (`rlvr gate` on this run's `eval.parquet` and `training.json`).
@@ -67,40 +67,39 @@ def preset(params, name: str, args):
     return dataclasses.replace(params, **over)
 
 
-def solved_train_tasks(root: Path) -> list[str]:
-    """Training-tier task ids that any checkpoint solved in the pipeline's evaluation."""
+def solved_train_tasks(evaluation: Path) -> list[str]:
+    """Training-tier task ids that any checkpoint solved in `evaluation` (an eval.parquet)."""
     import pandas as pd
 
-    rows = pd.read_parquet(root / "artifacts/eval.parquet",
-                           columns=["tier", "task_id", "success"])
+    rows = pd.read_parquet(evaluation, columns=["tier", "task_id", "success"])
     return sorted(set(rows[(rows.tier == "train") & rows.success].task_id))
 
 
-def training_tasks(pool, params, root: Path, name: str):
+def training_tasks(pool, params, solved_from: Path, name: str):
     """The tasks a seed trains on: `grpo.split` sampled as stage `grpo` does, or for the
     collapse preset the solved training tasks first, topped up to `max_tasks`."""
     if name != "collapse":
         return select_tasks(pool, params.split, params.max_tasks, params.seed)
     split = select_tasks(pool, params.split, 0, params.seed)
-    solved = set(solved_train_tasks(root))
+    solved = set(solved_train_tasks(solved_from))
     first = [t for t in split if t.task_id in solved][:params.max_tasks]
     rest = [t for t in split if t.task_id not in solved]
     return first + random.Random(params.seed).sample(rest, params.max_tasks - len(first))
 
 
-def pipeline_rows(root: Path, checkpoint: str, sets, samples_per_task: int) -> list[dict]:
-    """`checkpoint`'s rows of the pipeline's evaluation for exactly the tasks of `sets`; a
-    named error unless every planned (tier, task, sample) is there once."""
+def recorded_rows(evaluation: Path, checkpoint: str, sets, samples_per_task: int) -> list[dict]:
+    """`checkpoint`'s rows of a recorded evaluation for exactly the tasks of `sets`; a named
+    error unless every planned (tier, task, sample) is there once."""
     from rlvr.artifacts import schemas
     from rlvr.artifacts.io import read_table
 
-    table = read_table(root / "artifacts/eval.parquet", schemas.EVAL, contract="eval")
+    table = read_table(evaluation, schemas.EVAL, contract="eval")
     rows = [r for r in table.to_pylist()
             if r["checkpoint"] == checkpoint and r["tier"] in {s.tier for s in sets}]
     want = {(s.tier, t, i) for s in sets for t in s.task_ids for i in range(samples_per_task)}
     got = [(r["tier"], r["task_id"], r["sample_index"]) for r in rows]
     if sorted(got) != sorted(want):
-        raise SystemExit(f"--reuse-sft: {root}/artifacts/eval.parquet holds {len(got)} "
+        raise SystemExit(f"--sft-eval: {evaluation} holds {len(got)} "
                          f"'{checkpoint}' episodes, not the {len(want)} this evaluation plans "
                          "(another params file or code?): evaluate SFT instead")
     return rows
@@ -143,10 +142,13 @@ def main() -> None:
     ap.add_argument("--max-draws", type=int, help="grpo.max_draws (default: params.yaml)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs/learning/grpo")
     ap.add_argument("--work", type=Path, default=ROOT / "build/learning-grpo")
-    ap.add_argument("--reuse-sft", action="store_true",
-                    help="take SFT's rows from the pipeline's artifacts/eval.parquet (same "
-                         "params file, so the same tasks and sample seeds) instead of "
-                         "evaluating it again (~8 min)")
+    ap.add_argument("--solved-from", type=Path,
+                    help="collapse preset: the eval.parquet whose solved training tasks it "
+                         "trains on (default: the pipeline's artifacts/eval.parquet)")
+    ap.add_argument("--sft-eval", type=Path,
+                    help="take SFT's rows from this eval.parquet (e.g. the pipeline's, or an "
+                         "earlier run of this bench on the same sets) instead of evaluating "
+                         "it again; a named error unless it holds exactly the planned episodes")
     args = ap.parse_args()
     os.environ.setdefault("RLVR_TRACKING", "off")
     params_file = args.root / "params.yaml"
@@ -173,12 +175,13 @@ def main() -> None:
             return verify_patches(task_list, patches, verify, sandbox, enclave=enclave,
                                   where="grpo")
 
-        rows = (pipeline_rows(args.root, "sft", sets, evalp.samples_per_task) if args.reuse_sft
-                else evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft",
-                                         enclave=enclave))
+        rows = (recorded_rows(args.sft_eval, "sft", sets, evalp.samples_per_task)
+                if args.sft_eval else
+                evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft", enclave=enclave))
         for seed in args.seeds:
             p = dataclasses.replace(grpo, seed=seed)
-            tasks = training_tasks(pool, p, args.root, args.preset)
+            tasks = training_tasks(pool, p, args.solved_from or args.root / "artifacts/eval.parquet",
+                                   args.preset)
             t0 = time.perf_counter()
             result = train_grpo(base, tasks, p, rollout, sandbox, work / f"seed{seed}",
                                 work / f"seed{seed}-work", verifier=verifier)
