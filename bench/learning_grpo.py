@@ -99,9 +99,20 @@ def recorded_rows(evaluation: Path, checkpoint: str, sets, samples_per_task: int
     want = {(s.tier, t, i) for s in sets for t in s.task_ids for i in range(samples_per_task)}
     got = [(r["tier"], r["task_id"], r["sample_index"]) for r in rows]
     if sorted(got) != sorted(want):
-        raise SystemExit(f"--sft-eval: {evaluation} holds {len(got)} "
+        raise SystemExit(f"{evaluation} holds {len(got)} "
                          f"'{checkpoint}' episodes, not the {len(want)} this evaluation plans "
                          "(another params file or code?): evaluate SFT instead")
+    return rows
+
+
+def evaluation(path: Path, checkpoint_dir: Path, sets, evalp, sandbox, enclave, **names) -> list[dict]:
+    """One checkpoint's evaluation rows, kept in `path` (under --work) so that a killed bench
+    re-evaluates nothing it already finished; reused only if it holds exactly the planned
+    episodes (`recorded_rows`)."""
+    if path.exists():
+        return recorded_rows(path, names["checkpoint"], sets, evalp.samples_per_task)
+    rows = evaluate_checkpoint(checkpoint_dir, sets, evalp, sandbox, enclave=enclave, **names)
+    write_eval(path, rows)
     return rows
 
 
@@ -177,7 +188,8 @@ def main() -> None:
 
         rows = (recorded_rows(args.sft_eval, "sft", sets, evalp.samples_per_task)
                 if args.sft_eval else
-                evaluate_checkpoint(base, sets, evalp, sandbox, checkpoint="sft", enclave=enclave))
+                evaluation(work / "eval-sft.parquet", base, sets, evalp, sandbox, enclave,
+                           checkpoint="sft"))
         for seed in args.seeds:
             p = dataclasses.replace(grpo, seed=seed)
             tasks = training_tasks(pool, p, args.solved_from or args.root / "artifacts/eval.parquet",
@@ -194,8 +206,8 @@ def main() -> None:
                 "curves": result.curves}
             print(f"seed {seed}: {result.steps} steps, {result.policy_step} optimizer steps, "
                   f"flags {[k for k, v in result.flags.items() if v]}", flush=True)
-            rows += evaluate_checkpoint(work / f"seed{seed}", sets, evalp, sandbox,
-                                        checkpoint="grpo", run=f"seed{seed}", enclave=enclave)
+            rows += evaluation(work / f"eval-seed{seed}.parquet", work / f"seed{seed}", sets,
+                               evalp, sandbox, enclave, checkpoint="grpo", run=f"seed{seed}")
     write_eval(work / "eval.parquet", rows)
     report = build_report(rows, checkpoints=["sft", "grpo"], level=evalp.level,
                           n_boot=evalp.bootstrap, seed=evalp.seed)
