@@ -59,6 +59,14 @@ def policy_dir(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def torch_engine(policy_dir):
+    """The in-process torch engine on the module's tiny policy."""
+    from rlvr.engines.torch_engine import TorchEngine
+
+    return TorchEngine(policy_dir)
+
+
 @pytest.fixture
 def warm_servers(monkeypatch):
     """Every warm run_tests server the test starts, as (server, the process handle it

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def engine(policy_dir):
-    return TorchEngine(policy_dir)
+def engine(torch_engine):
+    return torch_engine
 
 
 @pytest.fixture(scope="module")

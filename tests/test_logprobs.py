@@ -8,7 +8,6 @@ from agentkit import token_ids
 
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.sampling import process
-from rlvr.engines.torch_engine import TorchEngine
 from rlvr.train.logprobs import logprobs_from_logits, sequence_logprobs
 
 TOL = 1e-4
@@ -21,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def engine(policy_dir):
-    return TorchEngine(policy_dir)
+def engine(torch_engine):
+    return torch_engine
 
 
 def _chat(engine, messages):
