@@ -30,6 +30,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -43,6 +44,7 @@ from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # n
 from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
 from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
+from rlvr.rl.advantages import AdvantageConfig, available  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 from rlvr.train.grpo import train_grpo  # noqa: E402
 from rlvr.train.grpo_config import load_grpo_params  # noqa: E402
@@ -56,6 +58,9 @@ def preset(params, name: str, args):
     over = {k: v for k, v in (("steps", args.steps), ("learning_rate", args.lr),
                               ("max_tasks", args.max_tasks), ("tasks_per_draw", args.tasks_per_draw),
                               ("max_draws", args.max_draws)) if v is not None}
+    if args.estimator:  # its default reward scaling comes with it (grpo: group std)
+        params = dataclasses.replace(params, loss=dataclasses.replace(
+            params.loss, advantage=AdvantageConfig(estimator=args.estimator)))
     if name == "collapse":  # tiny task set, high lr, no KL, no entropy control
         over = {"max_tasks": 4, "learning_rate": 3e-3, "steps": 12, **over}
         if over["max_tasks"] < 1:  # 0 would mean "every task", the opposite of the preset
@@ -75,13 +80,16 @@ def solved_train_tasks(evaluation: Path) -> list[str]:
     return sorted(set(rows[(rows.tier == "train") & rows.success].task_id))
 
 
-def training_tasks(pool, params, solved_from: Path, name: str):
+def training_tasks(pool, params, solved_from: Path, name: str, named: Sequence[str] = ()):
     """The tasks a seed trains on: `grpo.split` sampled as stage `grpo` does, or for the
-    collapse preset the solved training tasks first, topped up to `max_tasks`."""
+    collapse preset the solved training tasks (or the `named` ones) first, topped up to
+    `max_tasks`."""
     if name != "collapse":
         return select_tasks(pool, params.split, params.max_tasks, params.seed)
     split = select_tasks(pool, params.split, 0, params.seed)
-    solved = set(solved_train_tasks(solved_from))
+    solved = set(named) or set(solved_train_tasks(solved_from))
+    if unknown := set(named) - {t.task_id for t in split}:
+        raise SystemExit(f"--train-tasks: not in split {params.split!r}: {', '.join(sorted(unknown))}")
     first = [t for t in split if t.task_id in solved][:params.max_tasks]
     rest = [t for t in split if t.task_id not in solved]
     return first + random.Random(params.seed).sample(rest, params.max_tasks - len(first))
@@ -156,6 +164,12 @@ def main() -> None:
     ap.add_argument("--solved-from", type=Path,
                     help="collapse preset: the eval.parquet whose solved training tasks it "
                          "trains on (default: the pipeline's artifacts/eval.parquet)")
+    ap.add_argument("--train-tasks", nargs="+", default=[],
+                    help="collapse preset: train on these task ids (instead of the solved ones "
+                         "of --solved-from), topped up to --max-tasks")
+    ap.add_argument("--estimator", choices=available(),
+                    help="grpo.loss.advantage.estimator, with its default reward scaling "
+                         "(default: params.yaml)")
     ap.add_argument("--sft-eval", type=Path,
                     help="take SFT's rows from this eval.parquet (e.g. the pipeline's, or an "
                          "earlier run of this bench on the same sets) instead of evaluating "
@@ -193,7 +207,7 @@ def main() -> None:
         for seed in args.seeds:
             p = dataclasses.replace(grpo, seed=seed)
             tasks = training_tasks(pool, p, args.solved_from or args.root / "artifacts/eval.parquet",
-                                   args.preset)
+                                   args.preset, args.train_tasks)
             t0 = time.perf_counter()
             result = train_grpo(base, tasks, p, rollout, sandbox, work / f"seed{seed}",
                                 work / f"seed{seed}-work", verifier=verifier)
