@@ -60,8 +60,9 @@ def policy_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def torch_engine(policy_dir):
-    """The in-process torch engine on the module's tiny policy."""
+def engine(policy_dir):
+    """The in-process torch engine on the module's tiny policy (a module may define its own
+    `engine`, e.g. a scripted one, which takes precedence)."""
     from rlvr.engines.torch_engine import TorchEngine
 
     return TorchEngine(policy_dir)

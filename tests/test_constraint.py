@@ -22,11 +22,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def engine(torch_engine):
-    return torch_engine
-
-
-@pytest.fixture(scope="module")
 def grammar(engine):
     return engine.grammar("tool_call")
 

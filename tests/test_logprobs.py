@@ -19,11 +19,6 @@ PARAMS = [
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def engine(torch_engine):
-    return torch_engine
-
-
 def _chat(engine, messages):
     return token_ids(engine.tokenizer.apply_chat_template(messages,
                                                           add_generation_prompt=True))

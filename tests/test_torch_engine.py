@@ -20,11 +20,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def engine(torch_engine):
-    return torch_engine
-
-
-@pytest.fixture(scope="module")
 def prompts(engine):
     tok = engine.tokenizer
     a = tok.apply_chat_template([{"role": "user", "content": "fix clamp(x, lo, hi) please"}],
