@@ -45,6 +45,7 @@ from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, writ
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
 from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
 from rlvr.rl.advantages import AdvantageConfig, available  # noqa: E402
+from rlvr.rl.reward import RewardParams  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 from rlvr.train.grpo import train_grpo  # noqa: E402
 from rlvr.train.grpo_config import load_grpo_params  # noqa: E402
@@ -170,6 +171,9 @@ def main() -> None:
     ap.add_argument("--estimator", choices=available(),
                     help="grpo.loss.advantage.estimator, with its default reward scaling "
                          "(default: params.yaml)")
+    ap.add_argument("--reward", type=float, nargs=2, metavar=("LAMBDA_FMT", "ALPHA"),
+                    help="rollout.reward weights of SPEC §5 for training (default: params.yaml); "
+                         "`0 0` = the verdict alone")
     ap.add_argument("--sft-eval", type=Path,
                     help="take SFT's rows from this eval.parquet (e.g. the pipeline's, or an "
                          "earlier run of this bench on the same sets) instead of evaluating "
@@ -179,6 +183,8 @@ def main() -> None:
     params_file = args.root / "params.yaml"
     grpo = preset(load_grpo_params(params_file), args.preset, args)
     rollout, sandbox = load_rollout_params(params_file)
+    if args.reward:
+        rollout = dataclasses.replace(rollout, reward=RewardParams(*args.reward))
     evalp, _ = load_eval_params(params_file)
     if args.tasks_per_tier:
         evalp = dataclasses.replace(evalp, tasks_per_tier=TierSizes(*args.tasks_per_tier))
