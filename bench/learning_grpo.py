@@ -197,7 +197,8 @@ def main() -> None:
     base = args.root / "models/policy-sft"
     work = args.work / args.preset
     summary: dict = {"preset": args.preset, "seeds": args.seeds, "base": str(base),
-                     "grpo": dataclasses.asdict(grpo), "sets": manifest(sets), "runs": {}}
+                     "grpo": dataclasses.asdict(grpo), "reward": dataclasses.asdict(rollout.reward),
+                     "sets": manifest(sets), "runs": {}}
     curves: dict[int, list[dict]] = {}
     verify = VerifyParams(seed=grpo.verify_seed, consensus_runs=grpo.consensus_runs)
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
