@@ -146,6 +146,8 @@ def test_each_evaluation_stop_signal_blocks_by_name(name, make, stop):
 @pytest.mark.parametrize("name, training", [
     ("entropy_collapse", {"curves": [{"step": 1, "train/entropy": 0.29},
                                      {"step": 2, "train/entropy": 0.01}]}),
+    ("entropy_blowup", {"curves": [{"step": 1, "train/entropy": 0.11},
+                                   {"step": 2, "train/entropy": 6.3}]}),
     ("reward_up_heldout_down", {"curves": [{"step": 1, "train/reward": 0.31},
                                            {"step": 2, "train/reward": 0.41}]}),
     ("trainer:informative_fraction_collapse",
@@ -172,7 +174,7 @@ def test_missing_training_metrics_are_said_so_not_passed():
     stop = result.rule("stop_signals")
     assert stop.status == "pass"
     assert set(stop.numbers["unavailable"]) == {"reward_up_heldout_down", "entropy_collapse",
-                                                "trainer_flags"}
+                                                "entropy_blowup", "trainer_flags"}
     assert "'train/entropy'" in _signal(result, "entropy_collapse")["why"]
     assert "records no pathology flags" in _signal(result, "trainer_flags")["why"]
     assert result.as_json()["training_metrics"]["curves"] == [
@@ -252,6 +254,7 @@ def test_a_missing_gated_tier_is_refused():
     ({"tolerance": 1.5}, "gate.tolerance"),
     ({"other_tiers": ["heldout_function"]}, "gate.other_tiers"),
     ({"stop": {"entropy_min": -1}}, "gate.stop.entropy_min"),
+    ({"stop": {"entropy_min": 0.5, "entropy_max": 0.4}}, "gate.stop.entropy_max"),
     ({"stop": {"entrpy_min": 0.1}}, "gate.stop.entrpy_min: unknown key"),
     ({"min_trials": "many"}, "gate.min_trials: expected an integer"),
 ])

@@ -49,6 +49,11 @@ class StopSignalParams:
     # Lower edge of the entropy band: the last logged token entropy (training metrics, key
     # `keys.entropy`) below it -> `entropy_collapse` (SPEC §7).
     entropy_min: float | None = 0.05
+    # Upper edge: the last logged token entropy above it -> `entropy_blowup`. A policy that
+    # a too-large step knocked off its demonstrations samples near-uniform noise; both
+    # engineered collapses of LEARNING.md passed through it (2.9 and 6.3 nats per token,
+    # against 0.1–0.25 for SFT and healthy GRPO).
+    entropy_max: float | None = 1.5
     # Evaluation parse-error rate (unparsed turns / turns) rose by more than this ->
     # `parse_error_spike`.
     parse_error_spike: float | None = 0.1
@@ -143,6 +148,9 @@ class GateParams:
             v = getattr(self.stop, f.name)
             if isinstance(v, float) and (not math.isfinite(v) or v < 0):
                 raise ConfigError(f"gate.stop.{f.name}: must be a number >= 0 or null")
+        lo, hi = self.stop.entropy_min, self.stop.entropy_max
+        if lo is not None and hi is not None and hi <= lo:
+            raise ConfigError(f"gate.stop.entropy_max: must be above entropy_min ({lo}), got {hi}")
         if self.stop.length_growth is not None and self.stop.length_growth < 1.0:
             raise ConfigError("gate.stop.length_growth: a growth factor, must be >= 1")
         if not self.registry.model_name or not self.registry.alias:

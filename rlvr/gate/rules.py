@@ -242,6 +242,21 @@ def _rise_with_drop(name: str, rise: float | None, rise_label: str, drop: float,
     return Signal(name, RAISED if raised else CLEAR, rise, rise_thr, why)
 
 
+def _entropy_edge(name: str, edge: float | None, entropy: list[tuple[int, float]], missing: str,
+                  *, below: bool) -> Signal:
+    """The last logged token entropy outside one edge of the band (SPEC §7): under the floor
+    (`below`) or over the ceiling."""
+    if edge is None:
+        return _off(name)
+    if not entropy:
+        return Signal(name, UNAVAILABLE, None, edge, missing)
+    step, last = entropy[-1]
+    outside = last < edge if below else last > edge
+    return Signal(name, RAISED if outside else CLEAR, last, edge,
+                  f"token entropy {last:.4f} at step {step} (band "
+                  f"{'floor' if below else 'ceiling'} {edge:.4f})")
+
+
 def _curve(training: TrainingMetrics | None, key: str) -> tuple[list[tuple[int, float]], str]:
     if training is None:
         return [], "no training metrics for the candidate"
@@ -293,16 +308,8 @@ def stop_signals(candidate: Sequence[Mapping[str, Any]], champion: Sequence[Mapp
                                   f"blocks below -{p.pass_at_k_drop:.3f}"))
 
     entropy, missing = _curve(training, keys.entropy)
-    if p.entropy_min is None:
-        signals.append(_off("entropy_collapse"))
-    elif not entropy:
-        signals.append(Signal("entropy_collapse", UNAVAILABLE, None, p.entropy_min, missing))
-    else:
-        step, last = entropy[-1]
-        signals.append(Signal("entropy_collapse", RAISED if last < p.entropy_min else CLEAR,
-                              last, p.entropy_min,
-                              f"token entropy {last:.4f} at step {step} (band floor "
-                              f"{p.entropy_min:.4f})"))
+    signals.append(_entropy_edge("entropy_collapse", p.entropy_min, entropy, missing, below=True))
+    signals.append(_entropy_edge("entropy_blowup", p.entropy_max, entropy, missing, below=False))
 
     def delta_signal(name, thr, value, what):
         if thr is None:
