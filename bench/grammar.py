@@ -44,10 +44,11 @@ INSTRUCTIONS = ("`count_below` counts one value too many. Fix it.",
 def policy_dir(args) -> Path:
     if args.model:
         return Path(args.model)
-    from rlvr.engines.local_policy import build_local_policy, corpus_files, policy_corpus
+    from rlvr.engines.local_policy import build_local_policy, policy_corpus
 
     out = Path(tempfile.mkdtemp(prefix="bench-grammar-")) / "policy"
-    build_local_policy(out, policy_corpus(corpus_files(ROOT)), seed=0, vocab_size=4096,
+    texts, _ = policy_corpus(ROOT)
+    build_local_policy(out, texts, seed=0, vocab_size=4096,
                        hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=512)
     return out
 
