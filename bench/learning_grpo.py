@@ -44,7 +44,7 @@ from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # n
 from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
 from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
-from rlvr.rl.advantages import AdvantageConfig, available  # noqa: E402
+from rlvr.rl.advantages import available  # noqa: E402
 from rlvr.rl.reward import RewardParams  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 from rlvr.train.grpo import train_grpo  # noqa: E402
@@ -61,7 +61,8 @@ def preset(params, name: str, args):
                               ("max_draws", args.max_draws)) if v is not None}
     if args.estimator:  # its default reward scaling comes with it (grpo: group std)
         params = dataclasses.replace(params, loss=dataclasses.replace(
-            params.loss, advantage=AdvantageConfig(estimator=args.estimator)))
+            params.loss, advantage=dataclasses.replace(
+                params.loss.advantage, estimator=args.estimator, scale_rewards=None)))
     if name == "collapse":  # tiny task set, high lr, no KL, no entropy control
         over = {"max_tasks": 4, "learning_rate": 3e-3, "steps": 12, **over}
         if over["max_tasks"] < 1:  # 0 would mean "every task", the opposite of the preset
