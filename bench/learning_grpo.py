@@ -83,15 +83,18 @@ def solved_train_tasks(evaluation: Path) -> list[str]:
 
 
 def training_tasks(pool, params, solved_from: Path, name: str, named: Sequence[str] = ()):
-    """The tasks a seed trains on: `grpo.split` sampled as stage `grpo` does, or for the
+    """The tasks a seed trains on: `grpo.split` sampled as stage `grpo` does, or exactly the
+    `named` ones (a band-selected pool: tasks the policy solves sometimes), or for the
     collapse preset the solved training tasks (or the `named` ones) first, topped up to
     `max_tasks`."""
-    if name != "collapse":
+    if name != "collapse" and not named:
         return select_tasks(pool, params.split, params.max_tasks, params.seed)
     split = select_tasks(pool, params.split, 0, params.seed)
-    solved = set(named) or set(solved_train_tasks(solved_from))
     if unknown := set(named) - {t.task_id for t in split}:
         raise SystemExit(f"--train-tasks: not in split {params.split!r}: {', '.join(sorted(unknown))}")
+    if name != "collapse":
+        return [t for t in split if t.task_id in set(named)]
+    solved = set(named) or set(solved_train_tasks(solved_from))
     first = [t for t in split if t.task_id in solved][:params.max_tasks]
     rest = [t for t in split if t.task_id not in solved]
     return first + random.Random(params.seed).sample(rest, params.max_tasks - len(first))
@@ -147,7 +150,7 @@ def plot_curves(curves: dict[int, list[dict]], png: Path, title: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], fromfile_prefix_chars="@")
     ap.add_argument("--root", type=Path, required=True, help="a checkout after `make pipeline`")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--preset", choices=("healthy", "collapse"), default="healthy")
@@ -167,8 +170,9 @@ def main() -> None:
                     help="collapse preset: the eval.parquet whose solved training tasks it "
                          "trains on (default: the pipeline's artifacts/eval.parquet)")
     ap.add_argument("--train-tasks", nargs="+", default=[],
-                    help="collapse preset: train on these task ids (instead of the solved ones "
-                         "of --solved-from), topped up to --max-tasks")
+                    help="train on exactly these task ids (healthy preset; e.g. @FILE holding "
+                         "`--train-tasks` and one id per line); collapse preset: these instead "
+                         "of the solved ones of --solved-from, topped up to --max-tasks")
     ap.add_argument("--estimator", choices=available(),
                     help="grpo.loss.advantage.estimator, with its default reward scaling "
                          "(default: params.yaml)")
