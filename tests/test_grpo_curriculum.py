@@ -118,7 +118,7 @@ def _curve(n: int, **series) -> list[dict]:
     return [{"step": i + 1, **{k: f(i / (n - 1)) for k, f in series.items()}} for i in range(n)]
 
 
-def test_a_synthetic_collapse_raises_each_flag_by_name():
+def test_a_synthetic_collapse_raises_each_flag_by_name_but_the_blowup():
     curves = _curve(
         10,
         **{"train/entropy": lambda x: 1.2 - 1.1 * x,                 # 1.2 -> 0.1
@@ -130,8 +130,25 @@ def test_a_synthetic_collapse_raises_each_flag_by_name():
            "train/parse_error_rate": lambda x: 0.05 if x < 0.8 else 0.4})
     found = {f.name: f for f in pathology.detect(curves)}
     assert set(found) == set(pathology.FLAGS)
-    assert pathology.flags(found.values()) == {name: True for name in pathology.FLAGS}
+    assert pathology.flags(found.values()) == {name: name != "entropy_blowup"
+                                               for name in pathology.FLAGS}
     assert found["entropy_collapse"].value > 0.5 and found["length_growth"].value > 2.0
+
+
+def test_entropy_that_explodes_is_a_blowup_and_a_healthy_rise_is_not():
+    """The Dr.GRPO collapse preset's entropy curve (LEARNING.md) ends at 5.4 nats per token;
+    the band run's seed 1 rose ~5x too, but stayed below the ceiling while it learned."""
+    dr_grpo = [0.114, 0.976, 0.517, 0.454, 0.52, 0.488, 0.599, 1.546, 3.283, 4.136, 5.592, 6.347]
+    band = [0.137, 0.118, 0.147, 0.205, 0.191, 0.208, 0.595, 0.718, 0.913, 0.706, 0.677, 0.676]
+
+    def blowup(values):
+        curves = [{"step": i + 1, "train/entropy": v} for i, v in enumerate(values)]
+        return {f.name: f for f in pathology.detect(curves)}["entropy_blowup"]
+
+    assert blowup(dr_grpo).raised
+    assert blowup(dr_grpo).value == pytest.approx((4.136 + 5.592 + 6.347) / 3)
+    assert not blowup(band).raised and not blowup(band[:5]).raised
+    assert "needs 6" in blowup(band[:5]).detail
 
 
 def test_a_healthy_run_raises_no_flag():
@@ -174,3 +191,5 @@ def test_pathology_params_refuse_meaningless_values():
         PathologyParams(length_factor=1.0)
     with pytest.raises(ConfigError, match="window"):
         PathologyParams(window=0)
+    with pytest.raises(ConfigError, match="entropy_max"):
+        PathologyParams(entropy_max=0.0)

@@ -7,6 +7,10 @@ blocks on any raised one as `trainer:<name>` (rlvr/gate).
 
     entropy_collapse      token entropy fell by more than `entropy_drop` (relative, first
                           window → last window)
+    entropy_blowup        last-window token entropy above `entropy_max` (nats per token): the
+                          policy samples near-uniformly inside the grammar, the other way a
+                          high learning rate breaks it (its reward falls with it, so no
+                          accuracy-based detector sees it)
     groups_become_copies  the share of distinct rollouts within a group fell by more than
                           `copies_drop` and ended at or below `copies_floor`
     informative_collapse  the informative-group fraction fell by more than the train
@@ -42,7 +46,7 @@ PASS_AT_K = "train/pass_at_k"
 LENGTH = "train/length_mean"
 PARSE_ERROR = "train/parse_error_rate"
 
-FLAGS = ("entropy_collapse", "groups_become_copies", "informative_collapse",
+FLAGS = ("entropy_collapse", "entropy_blowup", "groups_become_copies", "informative_collapse",
          "pass_at_k_stall", "length_growth", "parse_error_spike")
 
 
@@ -54,6 +58,11 @@ class PathologyParams:
     """Points averaged at each end of a curve (first / last window)."""
     entropy_drop: float = 0.5
     """entropy_collapse: last-window entropy below (1 − this) × first-window entropy."""
+    entropy_max: float = 1.5
+    """entropy_blowup: last-window entropy above this (nats per token, absolute: the SFT
+    policy samples at ~0.1–0.2 and healthy GRPO runs here ended below 0.9, while the
+    Dr.GRPO collapse ended at 5.4). The gate's `gate.stop.entropy_max` is the same edge on
+    the candidate's last point."""
     copies_drop: float = 0.3
     """groups_become_copies: distinct-rollout share fell by more than this (absolute) ..."""
     copies_floor: float = 0.5
@@ -81,6 +90,8 @@ class PathologyParams:
             v = getattr(self, key)
             if not v >= 0:
                 raise ConfigError(f"pathology.{key}: must be >= 0, got {v}")
+        if not self.entropy_max > 0:
+            raise ConfigError(f"pathology.entropy_max: must be > 0, got {self.entropy_max}")
         if not self.length_factor > 1.0:
             raise ConfigError(f"pathology.length_factor: must be > 1, got {self.length_factor}")
 
@@ -126,6 +137,16 @@ def entropy_collapse(curves, p: PathologyParams) -> Finding:
     drop = (first - last) / first if first > 0 else 0.0
     return Finding("entropy_collapse", drop > p.entropy_drop, drop, p.entropy_drop,
                    f"entropy {first:.4g} -> {last:.4g} (relative drop {drop:.3f})")
+
+
+def entropy_blowup(curves, p: PathologyParams) -> Finding:
+    values = series(curves, ENTROPY)
+    ends = _ends(values, p.window)
+    if ends is None:
+        return _short("entropy_blowup", p.entropy_max, ENTROPY, len(values), 2 * p.window)
+    first, last = ends
+    return Finding("entropy_blowup", last > p.entropy_max, last, p.entropy_max,
+                   f"entropy {first:.4g} -> {last:.4g} (ceiling {p.entropy_max})")
 
 
 def groups_become_copies(curves, p: PathologyParams) -> Finding:
@@ -192,8 +213,8 @@ def parse_error_spike(curves, p: PathologyParams) -> Finding:
                    p.parse_error_spike, f"largest rise over the earlier median {worst:.3f}")
 
 
-DETECTORS = (entropy_collapse, groups_become_copies, informative_collapse, pass_at_k_stall,
-             length_growth, parse_error_spike)
+DETECTORS = (entropy_collapse, entropy_blowup, groups_become_copies, informative_collapse,
+             pass_at_k_stall, length_growth, parse_error_spike)
 
 
 def detect(curves: Sequence[Mapping[str, Any]],
