@@ -224,3 +224,20 @@ def test_bwrap_runs_the_runner_layer_not_the_pipeline_venv(bwrap_sandbox):
     assert rep["prefix"] == "/opt/rlvr/venv"
     assert rep["host_venv"] is (sys.prefix == sys.base_prefix)  # only the base install is bound
     assert all(p.startswith("/opt/rlvr/venv/") for p in rep["site"]), rep["site"]
+
+
+def test_bwrap_fixed_layout_makes_none_hashing_reproducible(bwrap_sandbox):
+    """CPython 3.11 hashes None by address: with ASLR, a set holding None prints in a different
+    order per process (the fresh-clone dvc.lock diff in a synthetic instruction). The sandbox
+    turns ASLR off, so the same code prints the same repr every run, pytest's messages too."""
+    if not bwrap_sandbox.fixed_layout:
+        pytest.skip("this host's seccomp forbids personality(ADDR_NO_RANDOMIZE); sandboxed runs keep ASLR")
+    code = "print({(1, None), (None, 3), (2, 2)}, hash(None), id(object()))"
+    outputs = {bwrap_sandbox.run([bwrap_sandbox.python, "-c", code], cwd="/tmp", limits=FAST).stdout
+               for _ in range(4)}
+    assert len(outputs) == 1, outputs
+    server = bwrap_sandbox.serve([bwrap_sandbox.python, "-c", code], cwd="/tmp", limits=FAST)
+    try:
+        assert server.stdout.readline().decode() in outputs
+    finally:
+        server.close()

@@ -40,6 +40,19 @@ measured, the tree survived bwrap.) stdout / stderr are drained concurrently and
 up to `Limits.output_bytes` each (the rest is read and dropped, so a chatty process can
 neither block on a full pipe nor fill our memory).
 
+Fixed address layout. The command runs under ``setarch <machine> -R`` (personality
+ADDR_NO_RANDOMIZE, inherited by every child and by exec) whenever the host allows it. Why:
+CPython 3.11 hashes ``None`` by its address, so a set holding ``None`` prints in an order
+that changes with ASLR from one process to the next (PYTHONHASHSEED does not cover it). A
+synthesis probe's "Observed" line and a pytest assertion message embed such reprs, so with
+ASLR the same task, seed and code gave a different instruction on a fresh clone (found by
+the fresh-clone `dvc.lock` diff: 1 of 2,269 synthetic instructions, and every artifact
+downstream of it). ASLR inside the sandbox buys no isolation: the code in it already runs
+arbitrary Python. Where seccomp forbids the personality call (Docker's default profile) the
+probe in ``__init__`` finds out once and `fixed_layout` is False; nothing else changes.
+With ASLR off, ``hash(None)`` is a constant of the interpreter build (None lives in its data
+segment), so the reprs repeat across processes, runs and clones on the same image.
+
 `serve(..., supervisor=True)` is for the verification enclave's fork-server only: the server
 stays uid 0 inside the sandbox with exactly CAP_SETUID/CAP_SETGID so it can drop each forked
 verdict child to its own unprivileged uid (see rlvr/enclave/_inside/server.py); the uid range
@@ -48,6 +61,7 @@ it may use is passed in ``RLVR_SANDBOX_UIDS``.
 from __future__ import annotations
 
 import os
+import platform
 import stat
 import secrets
 import selectors
@@ -70,11 +84,32 @@ VENV_TARGET = envs.RUNNER_TARGET
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf")
 
 _PROBED: dict[str, str | None] = {}
+_FIXED_LAYOUT: dict[str, list[str]] = {}
 _PROBE_LOCK = threading.Lock()
 
 
 def _unlimited(value: int | float | None) -> bool:
     return value is None or value <= 0
+
+
+def _fixed_layout_prefix() -> list[str]:
+    """``[setarch, <machine>, -R]`` if this host lets a process turn ASLR off, else ``[]``.
+
+    Probed once per process on the host: the same personality call inside the sandbox is
+    made by the same kernel under the same seccomp state (bwrap adds no filter)."""
+    with _PROBE_LOCK:
+        if "args" not in _FIXED_LAYOUT:
+            setarch = shutil.which("setarch") or ""
+            args = [setarch, platform.machine(), "-R"] if setarch else []
+            if args:
+                try:
+                    ok = subprocess.run(args + ["true"], capture_output=True, timeout=10,
+                                        stdin=subprocess.DEVNULL).returncode == 0
+                except (OSError, subprocess.TimeoutExpired):
+                    ok = False
+                args = args if ok else []
+            _FIXED_LAYOUT["args"] = args
+        return _FIXED_LAYOUT["args"]
 
 
 def _make_readable(path: Path) -> None:
@@ -189,7 +224,13 @@ class BwrapSandbox:
         except OSError as exc:
             raise SandboxUnavailable(f"bwrap: cannot build the runner environment: {exc}") from exc
         self.python = f"{VENV_TARGET}/bin/python3"
+        self._fixed_layout_args = _fixed_layout_prefix()
         self._probe()
+
+    @property
+    def fixed_layout(self) -> bool:
+        """True when sandboxed commands run without ASLR (see "Fixed address layout")."""
+        return bool(self._fixed_layout_args)
 
     # ---- construction of the bwrap command line ------------------------------------------
     def _system_args(self) -> list[str]:
@@ -273,6 +314,7 @@ class BwrapSandbox:
         cmd.append("--")
         if self._root and uid is not None:
             cmd += [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
+        cmd += self._fixed_layout_args
         cmd += self._prlimit_args(limits, nproc=not (self._root and uid is None))
         cmd += list(argv)
         return cmd
