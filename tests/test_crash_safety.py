@@ -85,8 +85,9 @@ def tiny_params() -> dict:
     p["rollout"]["budgets"].update({"max_turns": 10, "max_new_tokens_per_turn": 400,
                                     "max_new_tokens_per_episode": 3000,
                                     "max_invalid_actions": 2})
+    # the 320-token vocabulary spells a demonstration in ~3.3 k tokens: room for all of them
     p["sft"].update({"epochs": 1, "max_steps": 2, "batch_size": 2, "warmup_steps": 0,
-                     "eval_every": 0, "probe_tasks": 0})
+                     "eval_every": 0, "probe_tasks": 0, "max_seq_len": 8192})
     p["sft"]["early_stop"].update({"min_steps": 0})
     p["grpo"].update({"steps": 2, "group_size": 2, "groups_per_step": 1, "tasks_per_draw": 1,
                       "max_draws": 1, "epochs": 1, "consensus_runs": 1})
