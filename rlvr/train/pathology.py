@@ -128,11 +128,18 @@ def _short(name: str, threshold: float, key: str, n: int, need: int) -> Finding:
     return Finding(name, False, None, threshold, f"{key}: {n} point(s), needs {need}")
 
 
+def _ends_or_short(curves, key: str, name: str, threshold: float,
+                   p: PathologyParams) -> tuple[float, float] | Finding:
+    """The first and last window means of one curve, or the "too short" finding."""
+    values = series(curves, key)
+    ends = _ends(values, p.window)
+    return _short(name, threshold, key, len(values), 2 * p.window) if ends is None else ends
+
+
 def entropy_collapse(curves, p: PathologyParams) -> Finding:
-    ends = _ends(series(curves, ENTROPY), p.window)
-    if ends is None:
-        return _short("entropy_collapse", p.entropy_drop, ENTROPY,
-                      len(series(curves, ENTROPY)), 2 * p.window)
+    ends = _ends_or_short(curves, ENTROPY, "entropy_collapse", p.entropy_drop, p)
+    if isinstance(ends, Finding):
+        return ends
     first, last = ends
     drop = (first - last) / first if first > 0 else 0.0
     return Finding("entropy_collapse", drop > p.entropy_drop, drop, p.entropy_drop,
@@ -140,21 +147,18 @@ def entropy_collapse(curves, p: PathologyParams) -> Finding:
 
 
 def entropy_blowup(curves, p: PathologyParams) -> Finding:
-    values = series(curves, ENTROPY)
-    ends = _ends(values, p.window)
-    if ends is None:
-        return _short("entropy_blowup", p.entropy_max, ENTROPY, len(values), 2 * p.window)
+    ends = _ends_or_short(curves, ENTROPY, "entropy_blowup", p.entropy_max, p)
+    if isinstance(ends, Finding):
+        return ends
     first, last = ends
     return Finding("entropy_blowup", last > p.entropy_max, last, p.entropy_max,
                    f"entropy {first:.4g} -> {last:.4g} (ceiling {p.entropy_max})")
 
 
 def groups_become_copies(curves, p: PathologyParams) -> Finding:
-    values = series(curves, DISTINCT)
-    ends = _ends(values, p.window)
-    if ends is None:
-        return _short("groups_become_copies", p.copies_drop, DISTINCT, len(values),
-                      2 * p.window)
+    ends = _ends_or_short(curves, DISTINCT, "groups_become_copies", p.copies_drop, p)
+    if isinstance(ends, Finding):
+        return ends
     first, last = ends
     drop = first - last
     return Finding("groups_become_copies", drop > p.copies_drop and last <= p.copies_floor,
@@ -188,10 +192,9 @@ def pass_at_k_stall(curves, p: PathologyParams) -> Finding:
 
 
 def length_growth(curves, p: PathologyParams) -> Finding:
-    values = series(curves, LENGTH)
-    ends = _ends(values, p.window)
-    if ends is None:
-        return _short("length_growth", p.length_factor, LENGTH, len(values), 2 * p.window)
+    ends = _ends_or_short(curves, LENGTH, "length_growth", p.length_factor, p)
+    if isinstance(ends, Finding):
+        return ends
     first, last = ends
     factor = last / first if first > 0 else (math.inf if last > 0 else 1.0)
     return Finding("length_growth", factor > p.length_factor, factor, p.length_factor,
