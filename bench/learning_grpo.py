@@ -28,7 +28,6 @@ import json
 import os
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -220,13 +219,16 @@ def main() -> None:
             p = dataclasses.replace(grpo, seed=seed)
             tasks = training_tasks(pool, p, args.solved_from or args.root / "artifacts/eval.parquet",
                                    args.preset, args.train_tasks)
-            t0 = time.perf_counter()
             result = train_grpo(base, tasks, p, rollout, sandbox, work / f"seed{seed}",
                                 work / f"seed{seed}-work", verifier=verifier)
             curves[seed] = result.curves
             summary["runs"][f"seed{seed}"] = {
                 "tasks": [t.task_id for t in tasks], "steps": result.steps, "policy_step": result.policy_step,
-                "flags": result.flags, "seconds": round(time.perf_counter() - t0, 1),
+                "flags": result.flags,
+                # wall time of the steps trained by this invocation only: a resumed seed's
+                # earlier steps are not timed again (their times stay out of checkpoints)
+                "steps_this_run": result.steps - result.resumed_from,
+                "seconds_this_run": round(sum(result.step_seconds), 1),
                 "groups": {s: sum(g["status"] == s for g in result.ledger)
                            for s in ("accepted", "identical_rewards", "infra_error", "surplus")},
                 "curves": result.curves}
