@@ -324,3 +324,48 @@ def test_an_edit_by_named_fix_rewrites_the_listed_line(ws, bwrap_sandbox):
     assert [a for a, b in zip(after, lines) if a != b] == [lines[no - 1].replace("<=", "<")]
     assert run(ex, "edit", suspect=k, fix="<=").status == "ok"    # and back
     assert (ws.repo / "mini" / "core.py").read_text().split("\n") == lines
+
+
+_REPR_PUBLIC = '''
+class Box:
+    def __repr__(self):
+        raise TypeError("can only concatenate str (not 'tuple') to str")
+
+
+class Node:
+    pass
+
+
+def test_boxes():
+    assert Box() == Box()
+
+
+def test_nodes():
+    assert [Node(), Node()] == [Node()]
+'''
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_run_tests_observations_do_not_carry_addresses(tmp_path, sandbox_backend, warm):
+    """Failing comparisons of objects print their addresses, whole or cut by pytest's
+    ellipsis ("...x7ffb5c42ec80>"); the warm server keeps ASLR (rlvr/agent/executor.py), so
+    before normalization two servers gave two transcripts for one seed — the evaluation
+    episode that differed between fresh clones. Two fresh executors must agree byte for byte."""
+    import dataclasses
+
+    from rlvr.sandbox import get_sandbox
+
+    task = count_task()
+    task = dataclasses.replace(task, repo_files={**task.repo_files,
+                                                 "tests/test_reprs.py": _REPR_PUBLIC},
+                               public_tests=(*task.public_tests, "tests/test_reprs.py"))
+    seen = []
+    for k in range(2):
+        (tmp_path / str(k)).mkdir()
+        with Workspace.create(task, tmp_path / str(k)) as w:
+            with ToolExecutor(w, get_sandbox(sandbox_backend), timeout_s=60.0,
+                              observation_cap=8000, warm=warm) as ex:
+                seen.append(run(ex, "run_tests", path="tests/test_reprs.py").observation)
+                assert ex.runs["warm" if warm else "cold"] == 1
+    assert "2 failed" in seen[0] and "0x…" in seen[0], seen[0]
+    assert seen[0] == seen[1]

@@ -78,12 +78,21 @@ _PYTEST_DURATION = re.compile(
     r"^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)"
     r"\b.*?) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(.*)$", re.M)
 _ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
+# pytest shortens a long repr to head + "..." + tail (`_pytest._io.saferepr`), which can cut
+# an address anywhere: "<Matrix object at 0x7f..." / "...x7ffb5c42ec80>" / "...42ec80>".
+_ADDRESS_HEAD = re.compile(r"\b0x[0-9a-f]*(?=\.\.\.)")
+_ADDRESS_TAIL = re.compile(r"(?<=\.\.\.)(x?)[0-9a-f]+(?=>)")
 
 
 def normalize_test_output(text: str) -> str:
     """Drop what varies between identical runs — pytest's wall time in its summary line and
-    object addresses in reprs — so the same rollout seeds give the same transcripts."""
-    return _ADDRESS.sub("0x…", _PYTEST_DURATION.sub(r"\1\2", text))
+    object addresses in reprs, whole or cut by pytest's ellipsis — so the same rollout seeds
+    give the same transcripts. Addresses vary even with the sandbox's fixed layout: the warm
+    runner's server runs as root with capabilities, and the kernel clears ADDR_NO_RANDOMIZE on
+    such an exec (`rlvr.sandbox.bwrap`, "Fixed address layout"); docker keeps ASLR."""
+    text = _PYTEST_DURATION.sub(r"\1\2", text)
+    text = _ADDRESS_TAIL.sub(r"\1…", _ADDRESS_HEAD.sub("0x…", text))
+    return _ADDRESS.sub("0x…", text)
 
 
 def cap_text(text: str, cap: int) -> tuple[str, bool]:
