@@ -52,6 +52,11 @@ arbitrary Python. Where seccomp forbids the personality call (Docker's default p
 probe in ``__init__`` finds out once and `fixed_layout` is False; nothing else changes.
 With ASLR off, ``hash(None)`` is a constant of the interpreter build (None lives in its data
 segment), so the reprs repeat across processes, runs and clones on the same image.
+A supervisor server (below) does not get it: it runs as uid 0 with capabilities, and the
+kernel clears ADDR_NO_RANDOMIZE when such a process execs (measured here: setarch ->
+prlimit -> python ends with personality 0). Its forked children (the agent's warm
+run_tests) therefore see ASLR; the addresses they print are normalized by the tool
+executor (`rlvr.agent.executor.normalize_test_output`).
 
 `serve(..., supervisor=True)` is for the verification enclave's fork-server only: the server
 stays uid 0 inside the sandbox with exactly CAP_SETUID/CAP_SETGID so it can drop each forked
@@ -60,6 +65,7 @@ it may use is passed in ``RLVR_SANDBOX_UIDS``.
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import stat
@@ -84,7 +90,6 @@ VENV_TARGET = envs.RUNNER_TARGET
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf")
 
 _PROBED: dict[str, str | None] = {}
-_FIXED_LAYOUT: dict[str, list[str]] = {}
 _PROBE_LOCK = threading.Lock()
 
 
@@ -92,24 +97,22 @@ def _unlimited(value: int | float | None) -> bool:
     return value is None or value <= 0
 
 
-def _fixed_layout_prefix() -> list[str]:
-    """``[setarch, <machine>, -R]`` if this host lets a process turn ASLR off, else ``[]``.
+@functools.cache
+def _fixed_layout_prefix() -> tuple[str, ...]:
+    """``(setarch, <machine>, -R)`` if this host lets a process turn ASLR off, else ``()``.
 
     Probed once per process on the host: the same personality call inside the sandbox is
     made by the same kernel under the same seccomp state (bwrap adds no filter)."""
-    with _PROBE_LOCK:
-        if "args" not in _FIXED_LAYOUT:
-            setarch = shutil.which("setarch") or ""
-            args = [setarch, platform.machine(), "-R"] if setarch else []
-            if args:
-                try:
-                    ok = subprocess.run(args + ["true"], capture_output=True, timeout=10,
-                                        stdin=subprocess.DEVNULL).returncode == 0
-                except (OSError, subprocess.TimeoutExpired):
-                    ok = False
-                args = args if ok else []
-            _FIXED_LAYOUT["args"] = args
-        return _FIXED_LAYOUT["args"]
+    setarch = shutil.which("setarch")
+    if not setarch:
+        return ()
+    args = (setarch, platform.machine(), "-R")
+    try:
+        ok = subprocess.run([*args, "true"], capture_output=True, timeout=10,
+                            stdin=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return args if ok else ()
 
 
 def _make_readable(path: Path) -> None:
@@ -314,7 +317,8 @@ class BwrapSandbox:
         cmd.append("--")
         if self._root and uid is not None:
             cmd += [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
-        cmd += self._fixed_layout_args
+        if supervisor_uids is None:  # a supervisor's own exec would drop it
+            cmd += self._fixed_layout_args
         cmd += self._prlimit_args(limits, nproc=not (self._root and uid is None))
         cmd += list(argv)
         return cmd
