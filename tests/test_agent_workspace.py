@@ -369,3 +369,21 @@ def test_run_tests_observations_do_not_carry_addresses(tmp_path, sandbox_backend
                 assert ex.runs["warm" if warm else "cold"] == 1
     assert "2 failed" in seen[0] and "0x…" in seen[0], seen[0]
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("raw,normalized", [
+    ("assert <a.Node object at 0x7ffb5c42ec80> == 1", "assert <a.Node object at 0x…> == 1"),
+    ("assert <[TypeError('...x7ffb5c42ec80> == <[TypeError('...x7f1f59606a10>",
+     "assert <[TypeError('...x…> == <[TypeError('...x…>"),
+    ("[<test_reprs....7faeed7dbe50>] == [<test_reprs....42ec80>]",
+     "[<test_reprs....…>] == [<test_reprs....…>]"),
+    ("<Matrix object at 0x7f...Matrix object at 0x…>", "<Matrix object at 0x…...Matrix object at 0x…>"),
+    ("assert flags == 0x1f\nE   assert 31 == 0x20", "assert flags == 0x1f\nE   assert 31 == 0x20"),
+    ("1 failed, 2 passed in 0.31s", "1 failed, 2 passed"),
+])
+def test_normalize_test_output_drops_addresses_whole_or_cut(raw, normalized):
+    """What pytest's saferepr makes of an address (head + "..." + tail cuts it anywhere) is
+    masked; short hex literals that are values, not addresses, are kept."""
+    from rlvr.agent.executor import normalize_test_output
+
+    assert normalize_test_output(raw) == normalized
