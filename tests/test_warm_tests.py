@@ -256,6 +256,11 @@ with open(f"probe{runs}.txt", "w") as out:
     print("GIT", sorted(os.listdir(".git")), file=out)
     print("NET", _try(lambda: socket.create_connection(("1.1.1.1", 53), timeout=1)), file=out)
     print("UID0", os.getuid() == 0, file=out)
+    print("CAPS", [l.split()[1] for l in open("/proc/self/status")
+                   if l.startswith(("CapInh", "CapPrm", "CapEff", "CapAmb"))], file=out)
+    # the server is the uid just below the run's range (supervisor_as_uid); become it or root
+    print("SETUID_SERVER", _try(lambda: os.setresuid(os.getuid() - 1, os.getuid() - 1, -1)), file=out)
+    print("SETUID_ROOT", _try(lambda: os.setuid(0)), file=out)
 '''
 
 
@@ -279,6 +284,10 @@ def test_policy_code_cannot_reach_the_server_or_outside_work(tmp_path, bwrap_san
             assert out["WRITE_TEST"] != "ok" and out["WRITE_TOOLS"] != "ok"
             assert out["WRITE_ROOT"] != "ok"
             assert out["GIT"] == "[]" and out["NET"] != "ok" and out["UID0"] == "False"
+            # a supervisor that is not uid 0 keeps its capabilities across setresuid: the
+            # child must have dropped them (rlvr_warm._become), or it could become the server
+            assert out["CAPS"] == str(["0000000000000000"] * 4), out["CAPS"]
+            assert out["SETUID_SERVER"] != "ok" and out["SETUID_ROOT"] != "ok"
         assert (ws.repo / "tests" / "test_public.py").read_text() == \
             ws.task.repo_files["tests/test_public.py"]
 

@@ -15,9 +15,11 @@ Design (and why it keeps today's isolation and today's observation):
   code of one episode can never reach another's files or server. A server shared across
   episodes would need a mount per workspace inside one sandbox; per-episode servers get
   that separation from the sandbox itself.
-* The server runs as uid 0 with only CAP_SETUID/CAP_SETGID (`serve(supervisor=True)`, the
-  enclave's mode) and forks every run as its own unprivileged uid from the private range the
-  sandbox hands it; the host chowns the workspace to that uid before the run, exactly as the
+* The server holds only CAP_SETUID/CAP_SETGID (`serve(supervisor=True)`, the enclave's
+  mode; on bwrap as the first uid of its range with the two as ambient capabilities,
+  `supervisor_as_uid`, so the sandbox's fixed address layout holds and observations print
+  what the cold path prints) and forks every run as its own unprivileged uid from the
+  private range the sandbox hands it; the host chowns the workspace to that uid before the run, exactly as the
   cold backend chowns it to its per-call uid. The child therefore cannot signal, ptrace or
   read the server, and it starts with none of the protocol fds. Without privilege
   separation (rlvr not running as root) a child could kill its own server, so the warm path
@@ -163,9 +165,13 @@ class WarmTestServer:
         argv = [self.sandbox.python, f"{self.tools_target}/{SERVER_SCRIPT}",
                 *(m.target for m in self.mounts if not m.writable and m.target != "/work/.git")]
         try:
+            # as a non-zero uid where the backend can: the fixed address layout then holds
+            # in the server and its children (rlvr/sandbox/bwrap.py, "Fixed address layout")
+            as_uid = ({"supervisor_as_uid": True}
+                      if "supervisor_as_uid" in inspect.signature(serve).parameters else {})
             handle = _spawn(self.sandbox.serve, argv, mounts=self.mounts, cwd="/work",
                             env=self.env, limits=server_limits(self.limits), supervisor=True,
-                            task_env=self.task_env)
+                            task_env=self.task_env, **as_uid)
         except Exception as exc:  # noqa: BLE001 - no server: the cold path still works
             raise WarmUnavailable(f"server did not start: {type(exc).__name__}: {exc}") from exc
         self.handle = handle

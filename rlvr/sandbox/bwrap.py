@@ -52,11 +52,15 @@ arbitrary Python. Where seccomp forbids the personality call (Docker's default p
 probe in ``__init__`` finds out once and `fixed_layout` is False; nothing else changes.
 With ASLR off, ``hash(None)`` is a constant of the interpreter build (None lives in its data
 segment), so the reprs repeat across processes, runs and clones on the same image.
-A supervisor server (below) does not get it: it runs as uid 0 with capabilities, and the
-kernel clears ADDR_NO_RANDOMIZE when such a process execs (measured here: setarch ->
-prlimit -> python ends with personality 0). Its forked children (the agent's warm
-run_tests) therefore see ASLR; the addresses they print are normalized by the tool
-executor (`rlvr.agent.executor.normalize_test_output`).
+A supervisor server (below) at uid 0 does not get it: the kernel clears ADDR_NO_RANDOMIZE
+when a uid-0 process with capabilities execs (measured here: setarch -> prlimit -> python
+ends with personality 0; so does setarch -> sh -> setarch -> python). A supervisor started
+with `supervisor_as_uid` runs as a non-zero uid holding CAP_SETUID/CAP_SETGID as ambient
+capabilities, and then keeps it (measured: personality 0x40000, and its forked children
+still drop to other uids). The agent's warm run_tests server runs that way, so its
+children print the same `hash(None)` and set orders as the cold path (a fresh clone found
+a teacher episode whose run_tests observation ordered a None-set differently); the
+enclave's server stays uid 0 (its verdicts carry no reprs).
 
 `serve(..., supervisor=True)` is for the verification enclave's fork-server only: the server
 stays uid 0 inside the sandbox with exactly CAP_SETUID/CAP_SETGID so it can drop each forked
@@ -273,6 +277,7 @@ class BwrapSandbox:
         *,
         uid: int | None,
         supervisor_uids: tuple[int, int] | None = None,
+        supervisor_uid: int | None = None,
         task_env: Path | None = None,
     ) -> list[str]:
         cmd = [
@@ -317,8 +322,12 @@ class BwrapSandbox:
         cmd.append("--")
         if self._root and uid is not None:
             cmd += [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
-        if supervisor_uids is None:  # a supervisor's own exec would drop it
-            cmd += self._fixed_layout_args
+        if supervisor_uid is not None:  # not uid 0: the kernel keeps the fixed layout then
+            cmd += [self._setpriv, f"--reuid={supervisor_uid}", f"--regid={supervisor_uid}",
+                    "--clear-groups", "--inh-caps=-all,+setuid,+setgid",
+                    "--ambient-caps=+setuid,+setgid", "--"]
+        if supervisor_uids is None or supervisor_uid is not None:
+            cmd += self._fixed_layout_args  # a uid-0 supervisor's own exec would drop it
         cmd += self._prlimit_args(limits, nproc=not (self._root and uid is None))
         cmd += list(argv)
         return cmd
@@ -431,22 +440,31 @@ class BwrapSandbox:
         env: dict[str, str] | None = None,
         limits: Limits = Limits(),
         supervisor: bool = False,
+        supervisor_as_uid: bool = False,
         task_env: Path | None = None,
     ) -> BwrapServer:
         """Start a long-lived sandboxed process; `Limits.wall_seconds` does not apply to it.
 
+        `supervisor_as_uid` (with `supervisor`, as root): the supervisor runs as the first uid
+        of its range with ambient CAP_SETUID/CAP_SETGID instead of uid 0, and its children
+        get the rest of the range. Only so does it keep the fixed address layout ("Fixed
+        address layout"); the agent's warm run_tests server uses it.
+
         ``--die-with-parent`` ties the server to the *thread* that spawns it (that is how
         PR_SET_PDEATHSIG works): spawn servers from a thread that outlives them.
         """
-        supervisor_uids = None
+        supervisor_uids = supervisor_uid = None
         if supervisor and self._root:
             base = UID_LOW + secrets.randbelow((UID_HIGH - UID_LOW) // UIDS_PER_SUPERVISOR) * UIDS_PER_SUPERVISOR
             supervisor_uids = (base, UIDS_PER_SUPERVISOR)
+            if supervisor_as_uid:
+                supervisor_uid, supervisor_uids = base, (base + 1, UIDS_PER_SUPERVISOR - 1)
             uid = None
         else:
             uid = self._fresh_uid()
         self._prepare_mounts(mounts, uid)
         cmd = self._command(argv, mounts, cwd, env, limits, uid=uid, supervisor_uids=supervisor_uids,
+                            supervisor_uid=supervisor_uid,
                             task_env=task_env)
         proc = subprocess.Popen(
             cmd,

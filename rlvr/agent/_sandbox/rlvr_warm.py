@@ -411,7 +411,7 @@ def pristine_files(roots: list[str]) -> list[str]:
 class Server:
     def __init__(self, pristine: list[str]) -> None:
         spec = os.environ.pop("RLVR_SANDBOX_UIDS", "")
-        self.privsep = os.geteuid() == 0 and bool(spec)
+        self.privsep = bool(spec) and (os.geteuid() == 0 or _can_setuid())
         self.uid_base, self.uid_count = (int(x) for x in spec.split(":")) if spec else (0, 0)
         here = os.path.dirname(os.path.abspath(__file__))
         # `python SCRIPT` put the script's directory first; `python -m pytest` puts the cwd
@@ -584,9 +584,7 @@ class Server:
         cap(resource.RLIMIT_FSIZE, limits.get("fsize"))
         if uid is not None:
             cap(resource.RLIMIT_NPROC, limits.get("nproc"))
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
+            _become(uid)
         # the interpreter state `python -m pytest ARGV` has when it calls runpy: argv[0] is
         # "-m" until runpy puts the module's path there, a pristine `__main__`, /work first
         import importlib
@@ -626,9 +624,7 @@ class Server:
         hpid = os.fork()
         if hpid == 0:
             try:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
+                _become(uid)
                 if sweep:
                     for _ in range(50):
                         try:
@@ -658,6 +654,44 @@ class Server:
             finally:
                 os._exit(0)
         os.waitpid(hpid, 0)
+
+
+_CAP_HEADER_V3 = 0x20080522
+
+
+def _become(uid: int) -> None:
+    """Become `uid` with no capability left. From uid 0 the kernel clears the capabilities
+    at setresuid; from a non-zero supervisor uid (`supervisor_as_uid`) it keeps them, and
+    a child holding CAP_SETUID could become its server's uid. So the sets are emptied with
+    capset(2) and read back; a child that still holds one never runs."""
+    import ctypes
+
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    header = (ctypes.c_uint32 * 2)(_CAP_HEADER_V3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all empty
+    if ctypes.CDLL(None, use_errno=True).capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    with open("/proc/self/status") as fh:
+        held = [line for line in fh if line.startswith(("CapInh:", "CapPrm:", "CapEff:",
+                                                         "CapAmb:"))
+                and int(line.split()[1], 16)]
+    if held or os.getresuid() != (uid, uid, uid):
+        raise PermissionError(f"run uid {uid} still privileged: {held}")
+
+
+def _can_setuid() -> bool:
+    """CAP_SETUID and CAP_SETGID effective: a supervisor started as a non-zero uid with them
+    as ambient capabilities (`serve(supervisor_as_uid=True)`, which keeps the sandbox's fixed
+    address layout) drops its children to their uids as a uid-0 one does."""
+    try:
+        with open("/proc/self/status") as fh:
+            eff = next(int(line.split()[1], 16) for line in fh if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    wanted = (1 << 6) | (1 << 7)  # CAP_SETGID, CAP_SETUID
+    return eff & wanted == wanted
 
 
 def _force(func, path, _exc):
