@@ -87,9 +87,10 @@ _ADDRESS_TAIL = re.compile(r"(?<=\.\.\.)(x?)[0-9a-f]+(?=>)")
 def normalize_test_output(text: str) -> str:
     """Drop what varies between identical runs — pytest's wall time in its summary line and
     object addresses in reprs, whole or cut by pytest's ellipsis — so the same rollout seeds
-    give the same transcripts. Addresses vary even with the sandbox's fixed layout: the warm
-    runner's server runs as root with capabilities, and the kernel clears ADDR_NO_RANDOMIZE on
-    such an exec (`rlvr.sandbox.bwrap`, "Fixed address layout"); docker keeps ASLR."""
+    give the same transcripts (and warm and cold runs the same observation). An address is no
+    stable fact even under the sandbox's fixed layout (`rlvr.sandbox.bwrap`): it depends on
+    the allocation history (a warm child inherits its server's heap, a cold process starts
+    fresh), and docker keeps ASLR."""
     text = _PYTEST_DURATION.sub(r"\1\2", text)
     text = _ADDRESS_TAIL.sub(r"\1…", _ADDRESS_HEAD.sub("0x…", text))
     return _ADDRESS.sub("0x…", text)
