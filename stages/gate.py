@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
                    outputs=outputs, metrics_path=args.metrics) as run:
         result = decide_and_register(params, inputs, registry_client=client())
         cost = write_outputs(result, inputs, gate_json=args.out, report=args.report,
-                             plots_dir=args.plots_dir)
+                             plots_dir=args.plots_dir, seconds_in_report=False)
         run.log_metrics(headline(result, cost))
         plots = args.plots_dir or args.report.with_name(f"{args.report.stem}_plots")
         for path in [args.out, args.report, *sorted(plots.glob("*.png"))]:

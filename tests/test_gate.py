@@ -304,10 +304,14 @@ def registry(tmp_path, monkeypatch):
 
 
 def test_stage_writes_gate_json_report_metrics_and_promotes(tmp_path, registry):
+    from rlvr.artifacts.io import timings_path
     from rlvr.tracking.registry import aliases_of, versions
 
     ev = tmp_path / "eval.parquet"
-    write_eval(ev, _champ() + gk.rows("cand", {"heldout_function": gk.better_on_target}))
+    rows = _champ() + gk.rows("cand", {"heldout_function": gk.better_on_target})
+    for r in rows:
+        r.update(seconds=2.0, tool_seconds=0.5, gen_seconds=1.0)
+    write_eval(ev, rows, timings_path=timings_path(ev))
     training = tmp_path / "training.json"
     training.write_text(json.dumps({"curves": [{"step": s, "train/entropy": 0.3 - s / 100,
                                                 "train/length_mean": 100 + s}
@@ -322,6 +326,10 @@ def test_stage_writes_gate_json_report_metrics_and_promotes(tmp_path, registry):
     assert metrics["decision"] == "promote" and metrics["promoted"] == 1
     report = (out / "gate.md").read_text()
     assert "# Release gate: **PROMOTE**" in report
+    # wall seconds in the metrics, never in the versioned report (its DVC hash must repeat)
+    assert metrics["cost"]["candidate"]["heldout_function"]["seconds_per_solved"] == \
+        pytest.approx(3.6, abs=0.05)
+    assert "seconds / solved" not in report and "wall-clock measurements" in report
     assert "gate_plots/pass_at_k.png" in report and "gate_plots/training_curves.png" in report
     assert (out / "gate_plots" / "pass_at_k.png").stat().st_size > 0
     assert (out / "gate_plots" / "training_curves.png").stat().st_size > 0

@@ -130,12 +130,16 @@ def headline(result: GateResult, cost_numbers: dict[str, Any]) -> dict[str, Any]
 
 
 def write_outputs(result: GateResult, inputs: GateInputs, *, gate_json: Path | str,
-                  report: Path | str, plots_dir: Path | str | None = None) -> dict[str, Any]:
-    """gate.json and the report (with its plots); returns the cost numbers."""
+                  report: Path | str, plots_dir: Path | str | None = None,
+                  seconds_in_report: bool = True) -> dict[str, Any]:
+    """gate.json and the report (with its plots); returns the cost numbers.
+    `seconds_in_report=False` (stage `gate`): the report is a versioned DVC out, and wall
+    seconds would change its hash on every run; they go to the metrics only."""
     gate = result.as_json()
     cost_numbers = costs(result, inputs)
     write_report(report, gate, candidate_rows=inputs.candidate_rows,
                  champion_rows=inputs.champion_rows, training=inputs.training,
-                 keys=result.params.keys, plots_dir=plots_dir, cost=cost_numbers)
+                 keys=result.params.keys, plots_dir=plots_dir,
+                 cost=cost_numbers if seconds_in_report else None)
     write_json(gate_json, gate)
     return cost_numbers

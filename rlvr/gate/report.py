@@ -40,7 +40,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def render_markdown(gate: Mapping[str, Any], *, cost: Mapping[str, Any] | None = None,
                     plots: Mapping[str, str] | None = None) -> str:
     """The report of one gate.json. `cost`: {candidate|champion: {tier: seconds}} from the
-    timings sidecars (optional); `plots`: title -> path relative to the report."""
+    timings sidecars (None: no seconds column; the stage keeps wall time out of its
+    versioned report); `plots`: title -> path relative to the report."""
     cand, champ = gate["candidate"], gate["champion"]
     out = [f"# Release gate: **{gate['decision'].upper()}**\n\n",
            f"Candidate `{cand['name']}` (`{cand['content_hash']}`) against champion "
@@ -105,11 +106,16 @@ def render_markdown(gate: Mapping[str, Any], *, cost: Mapping[str, Any] | None =
             rows.append((f"{gate[role]['name']} ({role})", tier, r["tasks"],
                          _f(r["pass_hat_k"].get(k)) + f" (k={k})" if k else "–",
                          _f(r["turns_per_episode"], 1), _f(r["tool_calls_per_task"], 1),
-                         _f(r["tokens_per_solved"], 0), _f(secs.get("seconds_per_solved"), 1),
+                         _f(r["tokens_per_solved"], 0),
+                         *((_f(secs.get("seconds_per_solved"), 1),) if cost is not None else ()),
                          r["infra_errors"]))
     out.append(_table(["checkpoint", "tier", "tasks", "pass^k", "turns / episode",
-                       "tool calls / task", "tokens / solved", "seconds / solved",
+                       "tool calls / task", "tokens / solved",
+                       *(("seconds / solved",) if cost is not None else ()),
                        "infra errors"], rows))
+    if cost is None:
+        out.append("\nSeconds per solved task are wall-clock measurements: they are in the "
+                   "gate's metrics (`cost`), not in this report.\n")
     out.append(f"\nSafety flags: {gate['safety_flags']}.\n")
     training = gate["training_metrics"]
     out.append("\n## Training metrics\n\n")
