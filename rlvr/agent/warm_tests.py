@@ -155,7 +155,8 @@ class WarmTestServer:
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
         serve = getattr(self.sandbox, "serve", None)
-        if serve is None or "supervisor" not in inspect.signature(serve).parameters:
+        modes = inspect.signature(serve).parameters if serve is not None else {}
+        if "supervisor" not in modes:
             raise WarmUnavailable(f"{self.sandbox.name}: serve() has no supervisor mode")
         from rlvr.sandbox.bwrap import _make_readable  # the cold backend's own preparation
 
@@ -167,8 +168,7 @@ class WarmTestServer:
         try:
             # as a non-zero uid where the backend can: the fixed address layout then holds
             # in the server and its children (rlvr/sandbox/bwrap.py, "Fixed address layout")
-            as_uid = ({"supervisor_as_uid": True}
-                      if "supervisor_as_uid" in inspect.signature(serve).parameters else {})
+            as_uid = {"supervisor_as_uid": True} if "supervisor_as_uid" in modes else {}
             handle = _spawn(self.sandbox.serve, argv, mounts=self.mounts, cwd="/work",
                             env=self.env, limits=server_limits(self.limits), supervisor=True,
                             task_env=self.task_env, **as_uid)

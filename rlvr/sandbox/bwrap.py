@@ -62,10 +62,11 @@ children print the same `hash(None)` and set orders as the cold path (a fresh cl
 a teacher episode whose run_tests observation ordered a None-set differently); the
 enclave's server stays uid 0 (its verdicts carry no reprs).
 
-`serve(..., supervisor=True)` is for the verification enclave's fork-server only: the server
-stays uid 0 inside the sandbox with exactly CAP_SETUID/CAP_SETGID so it can drop each forked
-verdict child to its own unprivileged uid (see rlvr/enclave/_inside/server.py); the uid range
-it may use is passed in ``RLVR_SANDBOX_UIDS``.
+`serve(..., supervisor=True)` starts a fork-server that drops each forked child to its own
+unprivileged uid: the verification enclave's (rlvr/enclave/_inside/server.py; it stays uid 0
+inside the sandbox with exactly CAP_SETUID/CAP_SETGID) and the agent's warm run_tests server
+(rlvr/agent/_sandbox/rlvr_warm.py; with `supervisor_as_uid`, above). The uid range a
+supervisor's children may use is passed in ``RLVR_SANDBOX_UIDS``.
 """
 from __future__ import annotations
 
@@ -321,16 +322,24 @@ class BwrapSandbox:
             cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         cmd.append("--")
         if self._root and uid is not None:
-            cmd += [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
+            cmd += self._setpriv_args(uid)
         if supervisor_uid is not None:  # not uid 0: the kernel keeps the fixed layout then
-            cmd += [self._setpriv, f"--reuid={supervisor_uid}", f"--regid={supervisor_uid}",
-                    "--clear-groups", "--inh-caps=-all,+setuid,+setgid",
-                    "--ambient-caps=+setuid,+setgid", "--"]
-        if supervisor_uids is None or supervisor_uid is not None:
-            cmd += self._fixed_layout_args  # a uid-0 supervisor's own exec would drop it
+            cmd += self._setpriv_args(supervisor_uid, keep=("setuid", "setgid"))
+        uid0_supervisor = supervisor_uids is not None and supervisor_uid is None
+        if not uid0_supervisor:  # a uid-0 supervisor's own exec would drop the layout
+            cmd += self._fixed_layout_args
         cmd += self._prlimit_args(limits, nproc=not (self._root and uid is None))
         cmd += list(argv)
         return cmd
+
+    def _setpriv_args(self, uid: int, *, keep: Sequence[str] = ()) -> list[str]:
+        """setpriv dropping to `uid` with no groups and no capability but `keep` (as
+        inheritable and ambient ones, so they survive the exec of what follows)."""
+        args = [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=" + ",".join(["-all", *(f"+{c}" for c in keep)])]
+        if keep:
+            args.append("--ambient-caps=" + ",".join(f"+{c}" for c in keep))
+        return [*args, "--"]
 
     def _prlimit_args(self, limits: Limits, *, nproc: bool) -> list[str]:
         args = [self._prlimit, "--core=0"]

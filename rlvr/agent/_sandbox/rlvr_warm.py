@@ -673,25 +673,30 @@ def _become(uid: int) -> None:
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all empty
     if ctypes.CDLL(None, use_errno=True).capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
-    with open("/proc/self/status") as fh:
-        held = [line for line in fh if line.startswith(("CapInh:", "CapPrm:", "CapEff:",
-                                                         "CapAmb:"))
-                and int(line.split()[1], 16)]
+    caps = _capabilities()
+    held = {name: caps.get(name) for name in ("CapInh", "CapPrm", "CapEff", "CapAmb")
+            if caps.get(name) != 0}  # unreadable counts as held: fail closed
     if held or os.getresuid() != (uid, uid, uid):
         raise PermissionError(f"run uid {uid} still privileged: {held}")
+
+
+def _capabilities() -> dict[str, int]:
+    """This process's capability sets as the kernel reports them ({"CapEff": bits, ...}
+    for CapInh, CapPrm, CapEff, CapBnd, CapAmb); {} where /proc cannot say."""
+    try:
+        with open("/proc/self/status") as fh:
+            return {name: int(value, 16) for name, _, value in
+                    (line.partition(":") for line in fh if line.startswith("Cap"))}
+    except (OSError, ValueError):
+        return {}
 
 
 def _can_setuid() -> bool:
     """CAP_SETUID and CAP_SETGID effective: a supervisor started as a non-zero uid with them
     as ambient capabilities (`serve(supervisor_as_uid=True)`, which keeps the sandbox's fixed
     address layout) drops its children to their uids as a uid-0 one does."""
-    try:
-        with open("/proc/self/status") as fh:
-            eff = next(int(line.split()[1], 16) for line in fh if line.startswith("CapEff:"))
-    except (OSError, StopIteration, ValueError):
-        return False
     wanted = (1 << 6) | (1 << 7)  # CAP_SETGID, CAP_SETUID
-    return eff & wanted == wanted
+    return _capabilities().get("CapEff", 0) & wanted == wanted
 
 
 def _force(func, path, _exc):
