@@ -81,4 +81,8 @@ def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> N
 
 
 if __name__ == "__main__":
-    {"update": update, "loop": loop}[sys.argv[1]](*sys.argv[2:])
+    try:
+        {"update": update, "loop": loop}[sys.argv[1]](*sys.argv[2:])
+    finally:  # as in sft_rank_worker.py: no gloo thread left running at interpreter exit
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

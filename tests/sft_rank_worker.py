@@ -35,4 +35,10 @@ def main(base: str, rows_file: str, params_json: str, out: str, report_dir: str)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    try:
+        main(*sys.argv[1:])
+    finally:
+        # gloo's threads still running at interpreter exit can abort the process ("terminate
+        # called without an active exception", seen once in CI after the work was written)
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
