@@ -81,8 +81,4 @@ def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> N
 
 
 if __name__ == "__main__":
-    try:
-        {"update": update, "loop": loop}[sys.argv[1]](*sys.argv[2:])
-    finally:  # as in sft_rank_worker.py: no gloo thread left running at interpreter exit
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    {"update": update, "loop": loop}[sys.argv[1]](*sys.argv[2:])

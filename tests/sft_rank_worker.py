@@ -2,6 +2,7 @@
 trains the rows in ROWS with the params in PARAMS (JSON) and writes what this rank saw."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -16,7 +17,11 @@ from rlvr.train.sft import train_sft
 
 def main(base: str, rows_file: str, params_json: str, out: str, report_dir: str) -> None:
     torch.set_num_threads(1)
+    # registered before the trainer opens its group, so it runs after the trainer's own
+    # exit handler (atexit is last in, first out): the group must be closed by then
     rank = int(os.environ["RANK"])
+    atexit.register(lambda: Path(report_dir, f"rank{rank}.exit").write_text(
+        f"process group open at exit: {torch.distributed.is_initialized()}"))
     rows = json.loads(Path(rows_file).read_text())
     params = parse(SFTParams, json.loads(params_json), "sft")
     probed = []
@@ -35,10 +40,4 @@ def main(base: str, rows_file: str, params_json: str, out: str, report_dir: str)
 
 
 if __name__ == "__main__":
-    try:
-        main(*sys.argv[1:])
-    finally:
-        # gloo's threads still running at interpreter exit can abort the process ("terminate
-        # called without an active exception", seen once in CI after the work was written)
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    main(*sys.argv[1:])

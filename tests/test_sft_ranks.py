@@ -46,6 +46,10 @@ def _launch(policy_dir, rows_file, params, out, report, nproc=2):
          str(out), str(report)],
         env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # every rank's process group was destroyed before interpreter teardown (rlvr.train.sft
+    # `_close_group`): a gloo thread alive then can abort a rank that finished its work
+    exits = [(Path(report) / f"rank{r}.exit").read_text() for r in range(nproc)]
+    assert exits == ["process group open at exit: False"] * nproc
 
 
 @pytest.mark.parametrize("stage, uneven", [(0, False), (2, False), (2, True)])

@@ -35,6 +35,7 @@ in `SFTResult` for the stage's metrics.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -490,8 +491,26 @@ def _init_distributed(device: str) -> tuple[int, int]:
                 os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     importlib.import_module("deepspeed.comm.torch")
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    import torch.distributed as dist
+
+    opened = not dist.is_initialized()
     deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl")
+    if opened:
+        atexit.register(_close_group)
     return int(os.environ["RANK"]), world
+
+
+def _close_group() -> None:
+    """At interpreter exit, destroy the process group `_init_distributed` opened: gloo's
+    threads still running at teardown can abort a rank (\"terminate called without an active
+    exception\", seen in CI after the rank's work was written), failing a run that succeeded.
+    Not sooner: DeepSpeed caches the world group (deepspeed.utils.groups), so a group
+    destroyed and opened again in one process breaks the next `deepspeed.initialize`. A group
+    the caller opened is the caller's to close."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _progress(total: int):
