@@ -18,8 +18,27 @@ from rlvr.tasks.patches import make_patch  # noqa: E402
 from rlvr.tasks.model import Task  # noqa: E402
 
 DEFAULT_SEED_REPO = ROOT / "data" / "seed_repos" / "caching"
+# What a `make pipeline` checkout holds for the evaluation pool (stage `evaluate`'s --tasks).
+PIPELINE_TASKS = ("artifacts/tasks_authored.parquet", "artifacts/tasks_synthetic.parquet")
 _FLIPS = [(" < ", " <= "), (" <= ", " < "), (" > ", " >= "), (" >= ", " > "), (" + 1", " + 2"),
           (" - 1", " - 2"), (" == ", " != ")]
+
+
+def pipeline_pool(root: Path = ROOT) -> list[Path]:
+    """The task Parquets of a `make pipeline` checkout at `root`."""
+    return [root / name for name in PIPELINE_TASKS]
+
+
+def evaluation_sets(root: Path, evalp, tiers=None) -> list:
+    """Stage `evaluate`'s seeded sets over `root`'s pool, with `evalp`'s tier sizes (a
+    bench's override included), only `tiers` where given: the same tasks and sample seeds the
+    pipeline evaluated, so a bench's rows pair with the pipeline's."""
+    from rlvr.evaluate.sets import build_sets
+    from rlvr.tasks.pool import select_tasks
+
+    sets = build_sets(select_tasks(pipeline_pool(root), "", 0, evalp.seed),
+                      evalp.tasks_per_tier, evalp.seed)
+    return [s for s in sets if tiers is None or s.tier in tiers]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -30,13 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._common import evaluation_sets  # noqa: E402
 from rlvr.artifacts.io import timings_path  # noqa: E402
 from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # noqa: E402
 from rlvr.evaluate.report import build_report, write_eval  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoints  # noqa: E402
-from rlvr.evaluate.sets import build_sets  # noqa: E402
 from rlvr.gate.params import load_params as load_gate_params  # noqa: E402
-from rlvr.tasks.pool import select_tasks  # noqa: E402
 
 
 def main() -> None:
@@ -53,9 +52,7 @@ def main() -> None:
     gate = load_gate_params(params_file)
     evalp = dataclasses.replace(evalp, tasks_per_tier=TierSizes(*args.tasks_per_tier),
                                 **({"samples_per_task": args.samples} if args.samples else {}))
-    pool = [args.root / "artifacts/tasks_authored.parquet",
-            args.root / "artifacts/tasks_synthetic.parquet"]
-    sets = build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier, evalp.seed)
+    sets = evaluation_sets(args.root, evalp)
     checkpoints = {gate.champion: args.root / gate.champion_dir,
                    gate.candidate: args.root / gate.candidate_dir}
     print(f"evaluating {', '.join(checkpoints)} on "

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._common import evaluation_sets, pipeline_pool  # noqa: E402
 from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
 from rlvr.artifacts.io import write_json  # noqa: E402
 from rlvr.enclave.batch import VerifyParams, verify_patches  # noqa: E402
@@ -42,12 +43,12 @@ from rlvr.enclave.core import Enclave  # noqa: E402
 from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # noqa: E402
 from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
-from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
+from rlvr.evaluate.sets import manifest  # noqa: E402
 from rlvr.rl.advantages import available  # noqa: E402
 from rlvr.rl.reward import RewardParams  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 from rlvr.train.grpo import train_grpo  # noqa: E402
-from rlvr.train.grpo_config import load_grpo_params  # noqa: E402
+from rlvr.train.grpo_config import parse_grpo_params  # noqa: E402
 
 CURVES = ("train/reward", "train/pass_at_1", "train/entropy", "train/informative_fraction",
           "train/parse_error_rate")
@@ -71,6 +72,30 @@ def preset(params, name: str, args):
             params, loss=dataclasses.replace(params.loss, beta=0.0),
             entropy=dataclasses.replace(params.entropy, coef=0.0, eta=0.0))
     return dataclasses.replace(params, **over)
+
+
+def grpo_params(params_file: Path, overrides: Sequence[str]):
+    """The `grpo` section of `params_file` with `--set KEY=VALUE` overrides applied before it
+    is checked, so an unknown or invalid key is a named error (`grpo.loss.foo: ...`)."""
+    import yaml
+
+    from rlvr.config import read_params
+
+    section = read_params(params_file).get("grpo")
+    if not isinstance(section, dict):
+        raise SystemExit(f"{params_file}: missing section 'grpo'")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE (e.g. epochs=4)")
+        *parents, leaf = key.split(".")
+        node = section
+        for name in parents:
+            node = node.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise SystemExit(f"--set {item!r}: grpo.{name} is not a section")
+        node[leaf] = yaml.safe_load(value)
+    return parse_grpo_params(section)
 
 
 def solved_train_tasks(evaluation: Path) -> list[str]:
@@ -182,10 +207,14 @@ def main() -> None:
                     help="take SFT's rows from this eval.parquet (e.g. the pipeline's, or an "
                          "earlier run of this bench on the same sets) instead of evaluating "
                          "it again; a named error unless it holds exactly the planned episodes")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="any other grpo key, dotted below `grpo` and parsed as YAML (e.g. "
+                         "`--set epochs=4 --set loss.loss_aggregation=seq_mean`); the preset's "
+                         "own knobs (β, entropy control) win over it")
     args = ap.parse_args()
     os.environ.setdefault("RLVR_TRACKING", "off")
     params_file = args.root / "params.yaml"
-    grpo = preset(load_grpo_params(params_file), args.preset, args)
+    grpo = preset(grpo_params(params_file, args.overrides), args.preset, args)
     rollout, sandbox = load_rollout_params(params_file)
     if args.reward:
         rollout = dataclasses.replace(rollout, reward=RewardParams(*args.reward))
@@ -194,10 +223,8 @@ def main() -> None:
         evalp = dataclasses.replace(evalp, tasks_per_tier=TierSizes(*args.tasks_per_tier))
     if args.samples:
         evalp = dataclasses.replace(evalp, samples_per_task=args.samples)
-    pool = [args.root / "artifacts/tasks_authored.parquet",
-            args.root / "artifacts/tasks_synthetic.parquet"]
-    sets = [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,
-                                  evalp.seed) if s.tier in args.tiers]
+    pool = pipeline_pool(args.root)
+    sets = evaluation_sets(args.root, evalp, args.tiers)
     base = args.root / "models/policy-sft"
     work = args.work / args.preset
     summary: dict = {"preset": args.preset, "seeds": args.seeds, "base": str(base),

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._common import pipeline_pool  # noqa: E402
 from rlvr.agent.passport import read_trajectories  # noqa: E402
 from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
 from rlvr.artifacts.io import write_json  # noqa: E402
@@ -46,7 +47,7 @@ from rlvr.train.demos import select_demonstrations  # noqa: E402
 from rlvr.train.probe import parse_error_probe  # noqa: E402
 from rlvr.train.sft import LossCurves, train_sft, write_loss_csv  # noqa: E402
 
-TASKS = [ROOT / "artifacts/tasks_authored.parquet", ROOT / "artifacts/tasks_synthetic.parquet"]
+TASKS = pipeline_pool(ROOT)
 
 
 def read_curves(path: Path) -> list[dict]:

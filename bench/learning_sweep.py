@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._common import evaluation_sets  # noqa: E402
 from rlvr.agent.transcript import ChatCodec  # noqa: E402
 from rlvr.config import load_section  # noqa: E402
 from rlvr.engines.local_policy import policy_corpus  # noqa: E402
@@ -131,15 +132,6 @@ def sweep_pretrain(args) -> None:
                          "final_loss": round(result.train_loss, 4), "curve": curve})
 
 
-def _eval_sets(root: Path, evalp):
-    from rlvr.evaluate.sets import build_sets
-    from rlvr.tasks.pool import select_tasks
-
-    pool = [root / "artifacts/tasks_authored.parquet", root / "artifacts/tasks_synthetic.parquet"]
-    return [s for s in build_sets(select_tasks(pool, "", 0, evalp.seed), evalp.tasks_per_tier,
-                                  evalp.seed) if s.tier in ("train", "heldout_function")]
-
-
 def _pass_at_1(model_dir: Path, name: str, sets, evalp, sandbox, enclave) -> dict:
     """pass@1 with its interval and the parse-error rate per tier (same sets, same seeds)."""
     from rlvr.evaluate.report import build_report
@@ -160,7 +152,7 @@ def sweep_evaluate(args) -> None:
 
     evalp, sandbox = load_eval_params(args.params)
     _, split = _params(args.params)
-    sets = _eval_sets(args.root, evalp)
+    sets = evaluation_sets(args.root, evalp, ("train", "heldout_function"))
     cases = probe_cases(probe_code(ROOT, split))
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:

@@ -18,12 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._common import pipeline_pool  # noqa: E402
 from rlvr.agent.observations import suspicious_lines  # noqa: E402
 from rlvr.agent.passport import read_trajectories  # noqa: E402
 from rlvr.agent.rollout import load_params, roll_out  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 
-TASKS = [ROOT / "artifacts/tasks_authored.parquet", ROOT / "artifacts/tasks_synthetic.parquet"]
+TASKS = pipeline_pool(ROOT)
 
 
 def first_edit_profile(row: dict) -> dict[str, bool]:
