@@ -27,7 +27,9 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -44,11 +46,12 @@ from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # n
 from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
 from rlvr.evaluate.sets import manifest  # noqa: E402
+from rlvr.orchestrate.params import apply_param_overrides  # noqa: E402
 from rlvr.rl.advantages import available  # noqa: E402
 from rlvr.rl.reward import RewardParams  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 from rlvr.train.grpo import train_grpo  # noqa: E402
-from rlvr.train.grpo_config import parse_grpo_params  # noqa: E402
+from rlvr.train.grpo_config import load_grpo_params  # noqa: E402
 
 CURVES = ("train/reward", "train/pass_at_1", "train/entropy", "train/informative_fraction",
           "train/parse_error_rate")
@@ -75,27 +78,17 @@ def preset(params, name: str, args):
 
 
 def grpo_params(params_file: Path, overrides: Sequence[str]):
-    """The `grpo` section of `params_file` with `--set KEY=VALUE` overrides applied before it
-    is checked, so an unknown or invalid key is a named error (`grpo.loss.foo: ...`)."""
-    import yaml
-
-    from rlvr.config import read_params
-
-    section = read_params(params_file).get("grpo")
-    if not isinstance(section, dict):
-        raise SystemExit(f"{params_file}: missing section 'grpo'")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--set {item!r}: expected KEY=VALUE (e.g. epochs=4)")
-        *parents, leaf = key.split(".")
-        node = section
-        for name in parents:
-            node = node.setdefault(name, {})
-            if not isinstance(node, dict):
-                raise SystemExit(f"--set {item!r}: grpo.{name} is not a section")
-        node[leaf] = yaml.safe_load(value)
-    return parse_grpo_params(section)
+    """The `grpo` section of `params_file` with `--set KEY=VALUE` overrides, applied by the
+    project's `dvc exp run -S` code (`rlvr.orchestrate.params`, Hydra syntax) to a copy, so
+    the pipeline checkout's params stay as they are and an unknown key or invalid value is a
+    named error."""
+    if not overrides:
+        return load_grpo_params(params_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "params.yaml"
+        shutil.copyfile(params_file, copy)
+        apply_param_overrides(Path(tmp), [f"grpo.{item}" for item in overrides])
+        return load_grpo_params(copy)
 
 
 def solved_train_tasks(evaluation: Path) -> list[str]:
@@ -208,7 +201,7 @@ def main() -> None:
                          "earlier run of this bench on the same sets) instead of evaluating "
                          "it again; a named error unless it holds exactly the planned episodes")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="any other grpo key, dotted below `grpo` and parsed as YAML (e.g. "
+                    help="any other grpo key, dotted below `grpo`, as `dvc exp run -S` takes it (e.g. "
                          "`--set epochs=4 --set loss.loss_aggregation=seq_mean`); the preset's "
                          "own knobs (β, entropy control) win over it")
     args = ap.parse_args()

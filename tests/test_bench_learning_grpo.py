@@ -55,7 +55,7 @@ def test_set_overrides_reach_the_checked_grpo_params():
 
 
 @pytest.mark.parametrize("item, named", [("loss.no_such_knob=1", "no_such_knob"),
-                                         ("epochs", "KEY=VALUE"),
+                                         ("epochs", "grpo.epochs"),
                                          ("loss.eps_high=0.1", "eps_high")])
 def test_a_bad_set_override_is_named(item, named):
     with pytest.raises((SystemExit, Exception), match=named):
