@@ -81,6 +81,7 @@ def hf_generate(model, prompts, new_tokens: int, top_p: float, seed: int):
     for i, p in enumerate(prompts):
         ids[i, L - len(p):] = torch.tensor(p)
         mask[i, L - len(p):] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,

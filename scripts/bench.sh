@@ -24,5 +24,9 @@ run synthesize python bench/synthesize.py --workers 1,2
 run sft python bench/sft.py --demos 48 --batch 8 --threads 2
 run tools python bench/tools.py --backend bwrap --calls 6
 run grpo-vs-trl python bench/grpo_vs_trl.py
+# the CUDA path beside the CPU one, where this machine has a GPU and a pipeline's models
+if python -c "import sys, torch; sys.exit(not torch.cuda.is_available())" && [ -d models/policy-sft ]; then
+  run gpu python bench/gpu_check.py --out bench/out/gpu.json
+fi
 # the checks too slow for CI (marked `slow`: e.g. kill -9 of sft/grpo/evaluate/gate)
 run slow-tests python -m pytest -q -m slow tests
