@@ -2,21 +2,13 @@
 `<tool_call>` token on, and only in that turn (the prompt, turn -1, never is)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from scriptkit import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("entropy_split", REPO / "bench" / "entropy_split.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("entropy_split", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/entropy_split.py")
 
 
 def test_call_region_starts_at_the_call_token_of_each_turn():

@@ -3,23 +3,16 @@ device on both sides it must find every sample identical and the behaviour logpr
 the teacher-forced ones, so a difference it reports on a GPU comes from the device."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from scriptkit import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gpu_check", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/gpu_check.py")
 
 
 @pytest.fixture

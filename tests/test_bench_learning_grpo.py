@@ -2,8 +2,6 @@
 id outside the split is a named error (a typo must not silently train on fewer tasks)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,16 +9,11 @@ import pytest
 
 from agentkit import all_tasks
 from rlvr.tasks.pool import save_tasks
-
-REPO = Path(__file__).resolve().parents[1]
+from scriptkit import REPO, load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("learning_grpo", REPO / "bench" / "learning_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("learning_grpo", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/learning_grpo.py")
 
 
 @pytest.fixture

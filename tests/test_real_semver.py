@@ -24,7 +24,6 @@ and its helper modules); the lean runner gets three upstream modules that need n
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
 from rlvr.tasks.model import Task
 from rlvr.tasks.patches import make_patch
+from scriptkit import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMVER = ROOT / "data" / "real" / ".cache" / "src" / "semver-3.0.4"
@@ -111,10 +111,7 @@ def _failing(run) -> set[str]:
 
 def test_the_unchanged_library_has_every_shape_of_the_issue():
     """What the tests below rely on is really in the shipped sdist, not in a lookalike."""
-    spec = importlib.util.spec_from_file_location("fetch_corpus", ROOT / "scripts" / "fetch_corpus.py")
-    fetch_corpus = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fetch_corpus", fetch_corpus)  # dataclasses look their module up
-    spec.loader.exec_module(fetch_corpus)
+    fetch_corpus = load_script("scripts/fetch_corpus.py")
     lib = next(lib for lib in fetch_corpus.load_lock().libraries if lib.name == "semver")
     assert (lib.version, lib.layout, lib.licence, lib.dependencies) == ("3.0.4", "src", "BSD-3-Clause", ())
     assert "pythonpath = src tests" in _upstream(".pytest.ini")

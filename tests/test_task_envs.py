@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import sys
 import textwrap
 import zipfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from rlvr.sandbox import Limits, get_sandbox
 from rlvr.sandbox import envs
 from rlvr.tasks.authored import load_task_dir
 from rlvr.tasks.model import Task
+from scriptkit import load_script
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 DEP = "rlvr-demo-dep"
@@ -201,17 +201,7 @@ def test_enclave_gives_a_task_its_declared_environment(sandbox_backend, demo_env
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _fetch_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fetch_corpus", REPO / "scripts" / "fetch_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fetch_corpus", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-fc = _fetch_module()
+fc = load_script("scripts/fetch_corpus.py")
 
 
 def _tiny_sdist(tmp: Path, *, licence: bool = True, evil: bool = False) -> Path:
