@@ -149,6 +149,23 @@ def all_tasks() -> list[Task]:
     return [count_task(), price_task(), take_task()]
 
 
+@functools.lru_cache(maxsize=None)
+def curated_pair() -> tuple[Task, Task]:
+    """count and price through real curation (their F2P / P2P ids above are placeholders):
+    mini is a training family (split train), shop a held-out one (split heldout)."""
+    from rlvr.enclave.core import Enclave
+    from rlvr.tasks.curation import CurationParams, curate_one
+    from rlvr.tasks.splits import SplitParams
+
+    params = CurationParams(reference_runs=1, max_mutants=0,
+                            split=SplitParams(heldout_families=["shop"],
+                                              heldout_function_share=0.0))
+    with Enclave(backend="bwrap", workers=1) as enclave:
+        out = tuple(curate_one(t, enclave, params) for t in (count_task(), price_task()))
+    assert [t.split for t in out] == ["train", "heldout"], out
+    return out
+
+
 def fixed_sources() -> dict[str, tuple[str, str]]:
     """task id -> (source path, fixed text)."""
     return {"mini-count": ("mini/core.py", COUNT_FIXED), "shop-price": ("shop/price.py", PRICE_FIXED),

@@ -2,11 +2,9 @@
 verification in the enclave, eval rows, pairing of checkpoints, infra errors kept apart."""
 from __future__ import annotations
 
-import functools
-
 import pytest
 
-from agentkit import ReplayEngine, count_task, price_task
+from agentkit import ReplayEngine, curated_pair
 from rlvr.agent.episode import Budgets
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
@@ -27,25 +25,8 @@ def quiet(monkeypatch):
     monkeypatch.setenv("RLVR_PROGRESS", "0")
 
 
-@functools.lru_cache(maxsize=None)
-def _curated() -> tuple:
-    """agentkit's two tasks through real curation (their F2P / P2P ids are placeholders);
-    mini is a training family, shop a held-out one."""
-    from rlvr.enclave.core import Enclave
-    from rlvr.tasks.curation import CurationParams, curate_one
-    from rlvr.tasks.splits import SplitParams
-
-    params = CurationParams(reference_runs=1, max_mutants=0,
-                            split=SplitParams(heldout_families=["shop"],
-                                              heldout_function_share=0.0))
-    with Enclave(backend="bwrap", workers=1) as enclave:
-        out = tuple(curate_one(t, enclave, params) for t in (count_task(), price_task()))
-    assert [t.split for t in out] == ["train", "heldout"], out
-    return out
-
-
 def _sets():
-    return build_sets(_curated(), TierSizes(), seed=0)
+    return build_sets(curated_pair(), TierSizes(), seed=0)
 
 
 def _params(checkpoints: dict, budgets: Budgets | None = None) -> EvaluateParams:
