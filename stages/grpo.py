@@ -25,7 +25,8 @@ from rlvr.train.sft import write_loss_csv
 from stages.common import parser
 
 PLOT_COLUMNS = ("step", "train/reward", "train/pass_at_1", "train/pass_at_k",
-                "train/informative_fraction", "train/entropy", "train/length_mean",
+                "train/informative_fraction", "train/entropy", "train/entropy_call",
+                "train/entropy_reasoning", "train/length_mean",
                 "train/parse_error_rate", "train/loss_mean", "train/groups_accepted",
                 "train/groups_dropped", "train/mismatch/logprob_abs_diff_mean")
 

@@ -122,6 +122,7 @@ def test_a_synthetic_collapse_raises_each_flag_by_name_but_the_blowup():
     curves = _curve(
         10,
         **{"train/entropy": lambda x: 1.2 - 1.1 * x,                 # 1.2 -> 0.1
+           "train/entropy_call": lambda x: 0.3 - 0.28 * x,           # the actions too
            "train/group_distinct_fraction": lambda x: 1.0 - 0.75 * x,  # groups become copies
            "train/informative_fraction": lambda x: 0.8 - 0.7 * x,    # falls fast ...
            "train/pass_at_1": lambda x: 0.2 + 0.3 * x,               # ... while accuracy rises less
@@ -151,10 +152,26 @@ def test_entropy_that_explodes_is_a_blowup_and_a_healthy_rise_is_not():
     assert "needs 6" in blowup(band[:5]).detail
 
 
+def test_actions_that_collapse_under_rising_free_text_are_named():
+    """lr 3e-4 seed 0 of the per-sequence-loss collapse (LEARNING.md): the all-token entropy
+    rose x6 while the tool-call tokens' fell by two thirds; only the action detector sees it."""
+    curves = _curve(12, **{"train/entropy": lambda x: 0.086 + 0.47 * x,
+                           "train/entropy_call": lambda x: 0.066 - 0.046 * x})
+    found = {f.name: f for f in pathology.detect(curves)}
+    assert found["action_entropy_collapse"].raised
+    assert found["action_entropy_collapse"].value > 0.5
+    assert not found["entropy_collapse"].raised
+    # a run that logs no region split (no <tool_call> token) is never flagged by it
+    plain = [{k: v for k, v in c.items() if k != "train/entropy_call"} for c in curves]
+    missing = {f.name: f for f in pathology.detect(plain)}["action_entropy_collapse"]
+    assert not missing.raised and "0 point(s)" in missing.detail
+
+
 def test_a_healthy_run_raises_no_flag():
     curves = _curve(
         10,
         **{"train/entropy": lambda x: 0.8 - 0.1 * x,
+           "train/entropy_call": lambda x: 0.2 - 0.02 * x,
            "train/group_distinct_fraction": lambda x: 1.0,
            "train/informative_fraction": lambda x: 0.6 + 0.05 * x,
            "train/pass_at_1": lambda x: 0.2 + 0.2 * x,

@@ -173,3 +173,49 @@ def test_a_model_with_dropout_is_not_measured_in_train_mode():
     assert grpo.same_in_train_mode(model)
     model.model.layers[0].add_module("drop", torch.nn.Dropout(0.1))
     assert not grpo.same_in_train_mode(model)
+
+
+def test_call_region_starts_at_a_sampled_call_token_and_ends_with_its_turn():
+    CALL = 9
+    # tokens:    0  1  2  3  4  5  6  7  8  9  10      (positions j = token j+1 below)
+    ids = torch.tensor([[5, 9, 1, 2, 9, 3, 4, 6, 7, 9, 8]])
+    #          prompt has a 9 (token 1): never opens the region
+    mask = torch.tensor([[False, True, True, True, True, False, True, True, True, True]])
+    turns = torch.tensor([[0, 0, 0, 0, 0, 0, 1, 1, 1, 1]])
+    got = grpo.call_region(ids, mask, turns, CALL)
+    # policy tokens 2..5 (turn 0: 1 2 9 3 -> call from token 4), 7..10 (turn 1: 6 7 9 8)
+    assert got.tolist() == [[False, False, False, True, True, False, False, False, True, True]]
+
+
+def test_the_entropy_split_by_region_is_measured_in_the_update_like_a_separate_pass():
+    """With the policy's call token, the tally splits the entropy into the call region and
+    the rest; the update's in-pass measurement equals a separate pass, and the token-weighted
+    mean of the two regions is the all-token entropy."""
+    model = load_policy(tiny_policy_dir()).model
+    model.train()
+    params = _params(epochs=1, mini_batches=1)
+    groups = _groups(model, seed=0)
+    for g in groups:
+        g["status"] = "accepted"
+    row = groups[0]["rows"][0]
+    call = next(t for t, m in zip(row["token_ids"][5:], row["loss_mask"][5:]) if m)
+    rows = [r for g in groups for r in g["rows"]]
+    tally = grpo.behaviour_tally(copy.deepcopy(model), rows, SCORING, params, call_token=call)
+    separate = tally.metrics()
+    out = grpo.train_on(model, _backend(model, params.optimizer_params()), groups, params,
+                        SCORING, None, 0.0, 0, call_token=call)
+    for k in ("train/entropy", "train/entropy_call", "train/entropy_reasoning"):
+        assert out[k] == pytest.approx(separate[k], rel=1e-5), k
+    assert 0 < tally.call_tokens < tally.tokens
+    mixed = (separate["train/entropy_call"] * tally.call_tokens
+             + separate["train/entropy_reasoning"] * (tally.tokens - tally.call_tokens)) / tally.tokens
+    assert mixed == pytest.approx(separate["train/entropy"], rel=1e-6)
+    plain = grpo.train_on(copy.deepcopy(model), _backend(model, params.optimizer_params()),
+                          groups, params, SCORING, None, 0.0, 0)
+    assert "train/entropy_call" not in plain and "train/entropy" in plain
+
+
+def test_the_call_token_is_read_from_the_tokenizer():
+    tok = load_policy(tiny_policy_dir()).tokenizer
+    assert grpo.call_token_id(tok) == tok.convert_tokens_to_ids("<tool_call>")
+    assert grpo.call_token_id(None) is None

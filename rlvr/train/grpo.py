@@ -87,6 +87,7 @@ from rlvr.agent.passport import apply_verdicts, needs_verdict, parse_error_rate
 from rlvr.agent.rollout import RolloutParams, patch_rows, roll_out
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import temp_dir_beside
+from rlvr.chat_format import TOOL_CALL
 from rlvr.config import as_dict
 from rlvr.engines.base import SamplingParams, WeightSource
 from rlvr.engines.constraint import TokenGrammar
@@ -253,7 +254,8 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
                                                       / timing["time/rollout_s"])
         t1 = time.perf_counter()
         upd = train_on(model, backend, groups, params, scoring, reference, controller.coef,
-                       state.policy_step, grammar=grammar)
+                       state.policy_step, grammar=grammar,
+                       call_token=call_token_id(policy.tokenizer))
         if upd["train/optimizer_steps"]:
             state.policy_step += int(upd["train/optimizer_steps"])
             state.policy_version = state_version(model)  # the same weights on every rank
@@ -292,7 +294,8 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
 
 def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOParams,
              scoring: SamplingParams, reference, entropy_coef: float, policy_step: int,
-             grammar: TokenGrammar | None = None) -> dict[str, float]:
+             grammar: TokenGrammar | None = None,
+             call_token: int | None = None) -> dict[str, float]:
     """The training half of a loop step on its drawn groups: the behaviour metrics of every
     drawn rollout at the pre-update weights (`behaviour_metrics`) and, if a group was
     accepted, the update on the accepted ones (`update_policy`; else
@@ -302,13 +305,14 @@ def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOPa
     separate eval-mode pass over every row instead. With several ranks each scores its share
     of those rows (and trains its groups) and the tallies are joined, so every rank returns
     the metrics of all of them. `grammar`: `scoring.grammar` compiled for the policy's
-    tokenizer (rollouts sampled under it are scored under its masks)."""
+    tokenizer (rollouts sampled under it are scored under its masks). `call_token`: the
+    policy's `<tool_call>` id (`call_token_id`): the entropy is also reported per region."""
     kept = [g for g in groups if g["status"] == "accepted"]
     fused = bool(kept) and same_in_train_mode(model)
     rest = [r for g in groups if not (fused and g["status"] == "accepted") for r in g["rows"]]
     # several ranks: each scores its share of the rows, the tallies are joined below
     tally = behaviour_tally(model, rest[backend.rank::backend.world], scoring, params,
-                            grammar=grammar)
+                            grammar=grammar, call_token=call_token)
     if kept:
         out = update_policy(model, backend, kept, params, scoring, reference, entropy_coef,
                             policy_step, tally=tally if fused else None, grammar=grammar)
@@ -619,35 +623,84 @@ class BehaviourTally:
     """Running sums of the behaviour-policy metrics (`behaviour_metrics`) over the policy
     tokens scored so far, so the rows the update trains on can be measured inside the
     update's own first forward pass (no second forward) and the other drawn rows by a
-    no-grad pass; `metrics()` gives the same numbers as one pass over all of them."""
+    no-grad pass; `metrics()` gives the same numbers as one pass over all of them.
+
+    With `call_token` (the policy's `<tool_call>` id) the entropy is also split by region:
+    `train/entropy_call` over the tool-call tokens of each turn (`call_region`), and
+    `train/entropy_reasoning` over the rest. The reward is decided by the few call tokens
+    while the free text around them drifts, so the all-token mean can rise while the actions
+    collapse (LEARNING.md, "Where the entropy went")."""
 
     entropy_sum: float = 0.0
     tokens: float = 0.0
     trainer: list[torch.Tensor] = field(default_factory=list)    # [n] logprobs per batch
     behaviour: list[torch.Tensor] = field(default_factory=list)  # [n] recorded, same tokens
+    call_token: int | None = None
+    call_entropy_sum: float = 0.0
+    call_tokens: float = 0.0
 
     def add(self, entropy: torch.Tensor, logprobs: torch.Tensor, behaviour: torch.Tensor,
-            mask: torch.Tensor) -> None:
-        """One scored batch: [b, T] entropy, trainer and behaviour logprobs, policy mask."""
-        self.entropy_sum += float(entropy.detach()[mask].sum())
+            mask: torch.Tensor, ids: torch.Tensor | None = None,
+            turns: torch.Tensor | None = None) -> None:
+        """One scored batch: [b, T] entropy, trainer and behaviour logprobs, policy mask (the
+        `_collate` layout); `ids` [b, T+1] and `turns` [b, T] for the region split."""
+        ent = entropy.detach()
+        self.entropy_sum += float(ent[mask].sum())
         self.tokens += float(mask.sum())
         self.trainer.append(logprobs.detach()[mask])
         self.behaviour.append(behaviour[mask])
+        if self.call_token is not None and ids is not None and turns is not None:
+            region = call_region(ids, mask, turns, self.call_token)
+            self.call_entropy_sum += float(ent[region].sum())
+            self.call_tokens += float(region.sum())
 
     @classmethod
     def merged(cls, tallies: Sequence[BehaviourTally]) -> BehaviourTally:
         """One tally of the rows several (ranks') tallies scored."""
         return cls(sum(t.entropy_sum for t in tallies), sum(t.tokens for t in tallies),
                    [x for t in tallies for x in t.trainer],
-                   [x for t in tallies for x in t.behaviour])
+                   [x for t in tallies for x in t.behaviour],
+                   tallies[0].call_token if tallies else None,
+                   sum(t.call_entropy_sum for t in tallies), sum(t.call_tokens for t in tallies))
 
     def metrics(self) -> dict[str, float]:
         if not self.trainer:
             return {}
         t, beh = torch.cat(self.trainer)[None], torch.cat(self.behaviour)[None]
         mm = logprob_mismatch(t, beh, torch.ones_like(t, dtype=torch.bool))
-        return {"train/entropy": self.entropy_sum / self.tokens if self.tokens else 0.0,
-                **{f"train/mismatch/{k}": v for k, v in mm.items()}}
+        out = {"train/entropy": self.entropy_sum / self.tokens if self.tokens else 0.0,
+               **{f"train/mismatch/{k}": v for k, v in mm.items()}}
+        if self.call_token is not None:  # a region without tokens has no mean: no key
+            if self.call_tokens:
+                out["train/entropy_call"] = self.call_entropy_sum / self.call_tokens
+            if self.tokens > self.call_tokens:
+                out["train/entropy_reasoning"] = ((self.entropy_sum - self.call_entropy_sum)
+                                                  / (self.tokens - self.call_tokens))
+        return out
+
+
+def call_token_id(tokenizer) -> int | None:
+    """The id of the chat format's `<tool_call>` token in `tokenizer`, or None where it has
+    no such single token (then the entropy is not split by region)."""
+    if tokenizer is None:
+        return None
+    tid = tokenizer.convert_tokens_to_ids(TOOL_CALL)
+    if tid is None or tid == tokenizer.unk_token_id:
+        return None
+    return int(tid)
+
+
+def call_region(ids: torch.Tensor, mask: torch.Tensor, turns: torch.Tensor,
+                call_token: int) -> torch.Tensor:
+    """[b, T] bool, `_collate`'s next-token layout (position j = token j+1): the policy
+    tokens from their turn's `<tool_call>` on (the call, `</tool_call>`, end of turn).
+    ids: [b, T+1]; mask, turns: [b, T]. Only a sampled (policy) `<tool_call>` opens the
+    region, so the token in a prompt or an observation never does."""
+    is_call = (ids[:, 1:] == call_token) & mask
+    pos = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(is_call, pos, torch.full_like(pos, -1)).cummax(dim=1).values
+    same_turn = turns.gather(1, last.clamp(min=0)) == turns
+    return mask & (last >= 0) & same_turn
 
 
 def same_in_train_mode(model) -> bool:
@@ -740,7 +793,8 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                 sc = score(model, batch, False, entropy=tally is not None)
                 old[tuple(micro)] = sc.logprobs
                 if tally is not None:
-                    tally.add(sc.entropy, sc.logprobs, batch["behaviour"], batch["mask"])
+                    tally.add(sc.entropy, sc.logprobs, batch["behaviour"], batch["mask"],
+                              batch["ids"], batch["turns"])
             if reference is not None:
                 ref[tuple(micro)] = score(reference, batch, False).logprobs.detach()
     sums: dict[str, float] = {}
@@ -765,7 +819,8 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
                 if fresh:
                     old[tuple(micro)] = sc.logprobs.detach()
                     if tally is not None:
-                        tally.add(sc.entropy, sc.logprobs, batch["behaviour"], batch["mask"])
+                        tally.add(sc.entropy, sc.logprobs, batch["behaviour"], batch["mask"],
+                                  batch["ids"], batch["turns"])
                 out = grpo_loss(sc.logprobs, old[tuple(micro)], batch["adv"], batch["mask"], cfg,
                                 ref_logprobs=ref.get(tuple(micro)),
                                 behaviour_logprobs=batch["behaviour"],
@@ -868,10 +923,12 @@ def behaviour_metrics(model, rows: Sequence[Mapping[str, Any]], scoring: Samplin
 
 def behaviour_tally(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
                     params: GRPOParams, tally: BehaviourTally | None = None,
-                    grammar: TokenGrammar | None = None) -> BehaviourTally:
-    """`behaviour_metrics`' no-grad pass (eval mode) over `rows`, into `tally` (or a new one)."""
+                    grammar: TokenGrammar | None = None,
+                    call_token: int | None = None) -> BehaviourTally:
+    """`behaviour_metrics`' no-grad pass (eval mode) over `rows`, into `tally` (or a new one,
+    splitting the entropy at `call_token` when given)."""
     check_scoring(scoring, grammar)
-    tally = tally if tally is not None else BehaviourTally()
+    tally = tally if tally is not None else BehaviourTally(call_token=call_token)
     rows = [r for r in rows if r["logprobs_kind"] == "behaviour" and sum(r["loss_mask"]) > 0]
     if not rows:
         return tally
@@ -886,7 +943,7 @@ def behaviour_tally(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingP
                 sc = sequence_logprobs(model, b["ids"], None, scoring, only=b["mask"],
                                        allowed=b["allowed"], with_entropy=True,
                                        chunk_tokens=params.head_chunk_tokens)
-                tally.add(sc.entropy, sc.logprobs, b["behaviour"], b["mask"])
+                tally.add(sc.entropy, sc.logprobs, b["behaviour"], b["mask"], b["ids"], b["turns"])
     finally:
         model.train(was_training)
     return tally

@@ -7,6 +7,9 @@ blocks on any raised one as `trainer:<name>` (rlvr/gate).
 
     entropy_collapse      token entropy fell by more than `entropy_drop` (relative, first
                           window → last window)
+    action_entropy_collapse  the same, on the tool-call tokens alone (`train/entropy_call`):
+                          the actions can collapse while the free text around them drifts
+                          up and carries the all-token mean with it (LEARNING.md)
     entropy_blowup        last-window token entropy above `entropy_max` (nats per token): the
                           policy samples near-uniformly inside the grammar, the other way a
                           high learning rate breaks it (its reward falls with it, so no
@@ -39,6 +42,7 @@ from rlvr.errors import ConfigError
 
 # Curve names the detectors read (the trainer's dashboard keys, rlvr/train/grpo.py).
 ENTROPY = "train/entropy"
+ENTROPY_CALL = "train/entropy_call"
 DISTINCT = "train/group_distinct_fraction"
 INFORMATIVE = "train/informative_fraction"
 ACCURACY = "train/pass_at_1"
@@ -46,7 +50,7 @@ PASS_AT_K = "train/pass_at_k"
 LENGTH = "train/length_mean"
 PARSE_ERROR = "train/parse_error_rate"
 
-FLAGS = ("entropy_collapse", "entropy_blowup", "groups_become_copies", "informative_collapse",
+FLAGS = ("entropy_collapse", "action_entropy_collapse", "entropy_blowup", "groups_become_copies", "informative_collapse",
          "pass_at_k_stall", "length_growth", "parse_error_spike")
 
 
@@ -57,7 +61,8 @@ class PathologyParams:
     window: int = 3
     """Points averaged at each end of a curve (first / last window)."""
     entropy_drop: float = 0.5
-    """entropy_collapse: last-window entropy below (1 − this) × first-window entropy."""
+    """entropy_collapse (and action_entropy_collapse, on the tool-call tokens): last-window
+    entropy below (1 − this) × first-window entropy."""
     entropy_max: float = 1.5
     """entropy_blowup: last-window entropy above this (nats per token, absolute: the SFT
     policy samples at ~0.1–0.2 and healthy GRPO runs here ended below 0.9, while the
@@ -136,14 +141,22 @@ def _ends_or_short(curves, key: str, name: str, threshold: float,
     return _short(name, threshold, key, len(values), 2 * p.window) if ends is None else ends
 
 
-def entropy_collapse(curves, p: PathologyParams) -> Finding:
-    ends = _ends_or_short(curves, ENTROPY, "entropy_collapse", p.entropy_drop, p)
+def _entropy_drop(curves, key: str, name: str, p: PathologyParams) -> Finding:
+    ends = _ends_or_short(curves, key, name, p.entropy_drop, p)
     if isinstance(ends, Finding):
         return ends
     first, last = ends
     drop = (first - last) / first if first > 0 else 0.0
-    return Finding("entropy_collapse", drop > p.entropy_drop, drop, p.entropy_drop,
-                   f"entropy {first:.4g} -> {last:.4g} (relative drop {drop:.3f})")
+    return Finding(name, drop > p.entropy_drop, drop, p.entropy_drop,
+                   f"{key} {first:.4g} -> {last:.4g} (relative drop {drop:.3f})")
+
+
+def entropy_collapse(curves, p: PathologyParams) -> Finding:
+    return _entropy_drop(curves, ENTROPY, "entropy_collapse", p)
+
+
+def action_entropy_collapse(curves, p: PathologyParams) -> Finding:
+    return _entropy_drop(curves, ENTROPY_CALL, "action_entropy_collapse", p)
 
 
 def entropy_blowup(curves, p: PathologyParams) -> Finding:
@@ -216,7 +229,7 @@ def parse_error_spike(curves, p: PathologyParams) -> Finding:
                    p.parse_error_spike, f"largest rise over the earlier median {worst:.3f}")
 
 
-DETECTORS = (entropy_collapse, entropy_blowup, groups_become_copies, informative_collapse,
+DETECTORS = (entropy_collapse, action_entropy_collapse, entropy_blowup, groups_become_copies, informative_collapse,
              pass_at_k_stall, length_growth, parse_error_spike)
 
 
