@@ -1,14 +1,16 @@
 """Bench: where a GRPO run's token entropy lives — the free reasoning text of a turn or its
 tool call (from `<tool_call>` to the end of the turn).
 
-`train/entropy` is a mean over every policy token, and most policy tokens of an agent turn
-are reasoning text that no verdict favours either way, while the reward is decided by the
-few tokens of the (grammar-constrained) call. This bench splits the entropy by region for
-two policies on the *same* transcripts (teacher-forced, the trainer's own
-`sequence_logprobs` under the replayed grammar masks, i.e. the distribution `train/entropy`
-measures): the start policy and a GRPO checkpoint, on the rollouts of a run's first loop
-step (sampled by the start policy) and of its last (sampled by the checkpoint's
-predecessor). Run:
+`train/entropy` is a mean over every policy token: the free reasoning text of each turn
+(about a third of the tokens at the CPU default's SFT start), which no verdict favours
+either way, and the grammar-constrained call that decides the reward. The trainer logs the
+split every step since it was found here (`train/entropy_call`, `train/entropy_reasoning`,
+the same `rlvr.train.grpo.call_region`); this bench measures it after the fact, for runs
+that predate it, on fixed transcripts: two policies scored teacher-forced on the *same*
+rollouts (the trainer's own `sequence_logprobs` under the replayed grammar masks, i.e. the
+distribution `train/entropy` measures), the start policy and a GRPO checkpoint, on the
+rollouts of a run's first loop step (sampled by the start policy) and of its last (sampled
+by the checkpoint's predecessor). Run:
 
     .venv/bin/python bench/entropy_split.py --params params.yaml --base models/policy-sft \\
         --checkpoint build/collapse-c/collapse/seed0 \\
@@ -34,23 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from rlvr.agent.passport import read_trajectories  # noqa: E402
 from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
-from rlvr.chat_format import TOOL_CALL  # noqa: E402
 from rlvr.engines.base import SamplingParams  # noqa: E402
 from rlvr.engines.constraint import TokenGrammar  # noqa: E402
 from rlvr.engines.model_dir import load_policy  # noqa: E402
-from rlvr.train.grpo import grammar_masks  # noqa: E402
+from rlvr.train.grpo import call_region, call_token_id, grammar_masks  # noqa: E402
 from rlvr.train.logprobs import sequence_logprobs  # noqa: E402
-
-
-def call_region(ids: torch.Tensor, turns: torch.Tensor, call_id: int) -> torch.Tensor:
-    """[L] bool: token t is the `<tool_call>` token of its turn or follows it in that turn."""
-    out = torch.zeros(len(ids), dtype=torch.bool)
-    seen: set[int] = set()
-    for t, (tok, turn) in enumerate(zip(ids.tolist(), turns.tolist())):
-        if turn >= 0 and tok == call_id:
-            seen.add(turn)
-        out[t] = turn in seen
-    return out
 
 
 def region_entropy(model, rows, scoring: SamplingParams, grammar, call_id: int) -> dict:
@@ -66,7 +56,8 @@ def region_entropy(model, rows, scoring: SamplingParams, grammar, call_id: int) 
             scores = sequence_logprobs(model, ids[None], only=mask[None, 1:], params=scoring,
                                        with_entropy=True, allowed=allowed)
             ent = scores.entropy[0][mask[1:]]
-            in_call = call_region(ids, turns, call_id)[1:][mask[1:]]
+            region = call_region(ids[None], mask[None, 1:], turns[None, 1:].clamp(min=0), call_id)
+            in_call = region[0][mask[1:]]
             for name, sel in (("call", in_call), ("reasoning", ~in_call)):
                 sums[name] += float(ent[sel].sum())
                 counts[name] += int(sel.sum())
@@ -99,7 +90,9 @@ def main() -> None:
     rollout, _ = load_rollout_params(args.params)
     policies = {"start": load_policy(args.base), "checkpoint": load_policy(args.checkpoint)}
     tok = policies["start"].tokenizer
-    call_id = tok.convert_tokens_to_ids(TOOL_CALL)
+    call_id = call_token_id(tok)
+    if call_id is None:
+        raise SystemExit(f"{args.base}: the tokenizer has no <tool_call> token to split at")
     scoring = SamplingParams.of(rollout.decoding, max_new_tokens=1)
     grammar = (TokenGrammar(scoring.grammar, tok, policies["start"].model.config.vocab_size)
                if scoring.grammar else None)

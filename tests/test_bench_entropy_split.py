@@ -1,19 +1,29 @@
-"""bench/entropy_split.py's region split: a token is in its turn's tool call from the
-`<tool_call>` token on, and only in that turn (the prompt, turn -1, never is)."""
+"""bench/entropy_split.py on a tiny policy: the per-region entropies it reports weigh back to
+the all-token entropy, and both regions are really present in a transcript with a call."""
 from __future__ import annotations
 
+import pytest
 import torch
 
+from agentkit import tiny_policy_dir
+from rlvr.engines.base import SamplingParams
+from rlvr.engines.model_dir import load_policy
+from rlvr.train.grpo import call_token_id
 from scriptkit import load_script
 
 
-def _bench():
-    return load_script("bench/entropy_split.py")
-
-
-def test_call_region_starts_at_the_call_token_of_each_turn():
-    CALL = 7
-    ids = torch.tensor([1, 7, 2, 3, 7, 4, 5, 6, 7, 8])
-    turns = torch.tensor([-1, -1, 0, 0, 0, 0, 1, 1, 1, 1])
-    got = _bench().call_region(ids, turns, CALL).tolist()
-    assert got == [False, False, False, False, True, True, False, False, True, True]
+def test_region_entropies_weigh_back_to_the_all_token_entropy():
+    policy = load_policy(tiny_policy_dir())
+    call = call_token_id(policy.tokenizer)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, policy.model.config.vocab_size, (40,), generator=g)
+    ids[[14, 33]] = call  # one call per turn
+    mask = [False] * 8 + [True] * 12 + [False] * 6 + [True] * 14
+    turns = [-1] * 8 + [0] * 18 + [1] * 14
+    row = {"token_ids": ids.tolist(), "loss_mask": mask, "turn_ids": turns}
+    out = load_script("bench/entropy_split.py").region_entropy(
+        policy.model, [row], SamplingParams(temperature=1.0), None, call)
+    assert out["call_tokens"] == (20 - 14) + (40 - 33) and out["reasoning_tokens"] == 26 - 13
+    mixed = (out["call_entropy"] * out["call_tokens"]
+             + out["reasoning_entropy"] * out["reasoning_tokens"]) / 26
+    assert mixed == pytest.approx(out["all_entropy"], abs=2e-4)  # the report rounds to 1e-4
