@@ -4,6 +4,7 @@ of an ours-vs-TRL comparison run in its own process."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 import sys
@@ -53,6 +54,16 @@ def percentile(values: list[float], q: float) -> float:
 def summary(values: list[float]) -> dict:
     return {"median_s": round(statistics.median(values), 4), "p90_s": round(percentile(values, 0.9), 4),
             "n": len(values)}
+
+
+def mismatch(a: list[list[float]], b: list[list[float]]) -> dict:
+    """|Δ logp| between two logprob lists per sample (e.g. a sampler's recorded behaviour
+    logprobs and a teacher-forced rescoring of the same tokens), over every token pair."""
+    diffs = [abs(x - y) for xs, ys in zip(a, b) for x, y in zip(xs, ys)]
+    if not diffs:
+        return {"tokens": 0, "max_abs": None, "mean_abs": None}
+    return {"tokens": len(diffs), "max_abs": max(diffs), "mean_abs": math.fsum(diffs) / len(diffs),
+            "frac_gt_1e-3": sum(d > 1e-3 for d in diffs) / len(diffs)}
 
 
 def read_seed_repo(path: Path) -> tuple[dict[str, str], dict[str, str]]:

@@ -44,7 +44,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import pipeline_pool  # noqa: E402
+from bench._common import mismatch, pipeline_pool  # noqa: E402
 from bench.engine import hf_generate, make_prompts, time_best  # noqa: E402
 from rlvr.engines.base import SamplingParams  # noqa: E402
 from rlvr.engines.torch_engine import TorchEngine  # noqa: E402
@@ -79,12 +79,11 @@ def agreement(ref, got) -> dict:
     return {"same_ids": f"{len(same)}/{len(ref)}", "max_abs_dlogp_same_ids": diff}
 
 
-def mismatch(engine: TorchEngine, prompts, samples, params) -> dict:
+def engine_mismatch(engine: TorchEngine, prompts, samples, params) -> dict:
     """Behaviour logprobs recorded while decoding vs the teacher-forced forward (the
     trainer's `sequence_logprobs`) of the same tokens, same weights and dtype."""
     scored = engine.score_batch(prompts, [s.token_ids for s in samples], params)
-    d = [abs(a - b) for s, sc in zip(samples, scored) for a, b in zip(s.logprobs, sc)]
-    return {"tokens": len(d), "mean_abs": sum(d) / max(1, len(d)), "max_abs": max(d, default=0.0)}
+    return mismatch([s.logprobs for s in samples], scored)
 
 
 def engine_case(args) -> dict:
@@ -103,7 +102,8 @@ def engine_case(args) -> dict:
         sync()
         secs = time.perf_counter() - t
         n = sum(len(s.token_ids) for s in samples[name])
-        out[name] = {"tokens_per_s": round(n / secs, 1), "mismatch": mismatch(e, prompts, samples[name], params)}
+        out[name] = {"tokens_per_s": round(n / secs, 1),
+                     "mismatch": engine_mismatch(e, prompts, samples[name], params)}
         if name != "cpu_fp32":
             out[name]["vs_cpu_fp32"] = agreement(samples["cpu_fp32"], samples[name])
     return out
@@ -158,7 +158,7 @@ def qwen_shape_case(args) -> dict:
             "new_tokens": args.new, "tokens_per_s": tok_s,
             "ratio": round(tok_s["engine"] / tok_s["hf_generate"], 2),
             "finish_lengths": sorted({len(s.token_ids) for s in got["engine"]})[:3],
-            "mismatch_bf16": mismatch(engine, prompts, got["engine"], params),
+            "mismatch_bf16": engine_mismatch(engine, prompts, got["engine"], params),
             "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
             if torch.cuda.is_available() else None}
 

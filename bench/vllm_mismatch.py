@@ -32,6 +32,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._common import mismatch  # noqa: E402
+
 DECODINGS = [  # (temperature, top_p, top_k)
     (1.0, 1.0, 0),
     (0.7, 0.9, 0),
@@ -78,14 +82,6 @@ def task_prompts(codec, n: int) -> tuple[list, list[list[int]]]:
     prompts = [codec.initial_prompt(SYSTEM_PROMPT, user_message(tasks[i % len(tasks)]))
                for i in range(n)]
     return tasks, prompts
-
-
-def mismatch(a: list[list[float]], b: list[list[float]]) -> dict:
-    diffs = [abs(x - y) for xs, ys in zip(a, b) for x, y in zip(xs, ys)]
-    if not diffs:
-        return {"tokens": 0, "max_abs": None, "mean_abs": None}
-    return {"tokens": len(diffs), "max_abs": max(diffs), "mean_abs": math.fsum(diffs) / len(diffs),
-            "frac_gt_1e-3": sum(d > 1e-3 for d in diffs) / len(diffs)}
 
 
 def compare(vllm, torch_engine, prompts, G, max_new, seed, label, decodings=DECODINGS) -> list[dict]:
