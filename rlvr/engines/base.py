@@ -168,6 +168,34 @@ class TokenEngine(Protocol):
 
 
 @runtime_checkable
+class TokenStream(Protocol):
+    """A running decode that sequences join and leave (continuous batching). Each sequence
+    samples as `TokenEngine.generate` would sample it alone with the same seeds."""
+
+    active: int  # sequences queued or decoding
+
+    def add(self, key: Any, prompt: Sequence[int], *, sample_seed: int,
+            max_new_tokens: int) -> None:
+        """Queue a sequence; it joins at the next `step`."""
+        ...
+
+    def step(self) -> list[tuple[Any, Sample]]:
+        """One token for every live sequence; the (key, sample) of those that stopped."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class StreamingEngine(TokenEngine, Protocol):
+    """A token engine that can also decode continuously (`rlvr.engines.stream`)."""
+
+    def stream(self, params: SamplingParams, *, seed: int, max_slots: int = 0) -> TokenStream:
+        ...
+
+
+@runtime_checkable
 class TextEngine(Protocol):
     """A teacher bound to one episode: chat messages in, the next action's text out."""
 

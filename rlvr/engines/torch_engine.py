@@ -25,6 +25,8 @@ model's own modules (norms, projections, MLP, rotary):
   step of a tiny model is bound by per-op overhead, not FLOPs).
 Other architectures fall back to the model's own forward with a `DynamicCache`, left
 padding, attention mask and position ids (still prefix-shared). `backend="hf"` forces it.
+`generate` decodes one batch until its last sample stops; `stream` instead opens a decode
+that sequences join and leave while it runs (continuous batching, `rlvr.engines.stream`).
 
 Cross-turn KV reuse (fast path only). A multi-turn episode calls `generate` once per turn
 with the whole transcript as the prompt, and turn t+1's prompt starts with turn t's prompt
@@ -322,6 +324,14 @@ class TorchEngine:
         for k, v in self.last_stats.items():
             self.stats[k] = v if k in GAUGES else self.stats.get(k, 0) + v
         return samples
+
+    def stream(self, params: SamplingParams, *, seed: int, max_slots: int = 0):
+        """A `DecodeStream` (continuous batching: sequences join and leave a running
+        decode, `rlvr.engines.stream`) over this engine's model and prefix cache; at most
+        `max_slots` sequences decode at once (0 = no bound). Fast decoder only."""
+        from rlvr.engines.stream import DecodeStream
+
+        return DecodeStream(self, params, seed=seed, max_slots=max_slots)
 
     def _harvest(self, decoder: "_FastDecoder", layout: _Layout, which: torch.Tensor,
                  prompts: list[list[int]], out_tok: torch.Tensor, length: torch.Tensor,
