@@ -245,6 +245,38 @@ def build_tiny_policy(out_dir: Path, *, seed: int = 0, hidden_size: int = 32) ->
     return out_dir
 
 
+@functools.lru_cache(maxsize=None)
+def acting_policy_dir() -> Path:
+    """A tiny policy fitted (60 Adam steps on random contexts) to answer with
+    `run_tests`: decoded under the `tool_call` grammar its episodes call a tool every turn,
+    so schedules that interleave generation with tools have tools to wait for."""
+    import torch
+    import torch.nn.functional as F
+
+    from rlvr.agent.tools import format_tool_call
+    from rlvr.agent.transcript import ChatCodec
+    from rlvr.engines.model_dir import load_policy
+
+    root = Path(tempfile.mkdtemp(prefix="rlvr-acting-policy-"))
+    atexit.register(shutil.rmtree, root, True)
+    out = build_tiny_policy(root / "policy")
+    model = load_policy(out).model
+    codec = ChatCodec.from_model_dir(out)
+    call = torch.tensor([*codec.encode_action(format_tool_call("run_tests", {})), codec.im_end])
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
+    model.train()
+    for _ in range(60):
+        seq = torch.cat([torch.randint(5, 400, (8, 24), generator=gen), call.expand(8, -1)], 1)
+        logits = model(input_ids=seq).logits[:, 23:-1]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, 24:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.save_pretrained(out)
+    return out
+
+
 # ---- a TokenEngine wrapper: forwards everything but `generate` to the engine it wraps -------
 class WrappedEngine:
     """Base of test engines that watch or steer another engine's sampling."""

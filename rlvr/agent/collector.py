@@ -20,6 +20,18 @@ and seed give the same rollouts. A wave is also the unit of resumption for token
 engines (its batches mix its groups), so a resumed run replays a partly finished wave whole
 and keeps only the groups not yet on disk — identical to an uninterrupted run.
 
+Continuous schedule (`ScheduleParams.mode = "continuous"`, engines with `stream`: the torch
+engine's fast decoder). One running decode per wave (`rlvr.engines.stream`): an episode
+joins it when it is ready to generate and leaves it when its turn stops; its tool call then
+runs in the pool and it rejoins `join_lag_steps` decode steps later (waiting for the tool
+only if it has not finished by then). Those join points count decode steps, so which
+sequences share each forward pass is still a pure function of the episodes' logical states:
+same rollouts for the same inputs, and ids equal to the cohort schedule's (each turn draws
+from its own stream; the turn's token limit is its own `request()`, as the cohort schedule
+cuts it). The lag trades a turn's latency against the engine waiting on tools: about a
+tool call's duration over a decode step's. An episode's turn records the seconds from its
+join to its stop as `gen_seconds`.
+
 Text engines (teachers). Every episode is independent (its sampling seed comes from its
 reset seed and turn), so whole episodes run in the pool and a group is the resumption unit.
 
@@ -35,12 +47,35 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Literal, Sequence
 
 from rlvr.agent.episode import Episode, EpisodeConfig, EpisodeSpec, bind_teacher
-from rlvr.engines.base import SamplingParams, Teacher, TextEngine, TokenEngine
+from rlvr.engines.base import (SamplingParams, StreamingEngine, Teacher, TextEngine,
+                               TokenEngine)
 from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
+
+
+@dataclass(frozen=True)
+class ScheduleParams:
+    """How a wave's token-engine episodes share the engine (module docstring); a teacher's
+    episodes each run whole in the pool whatever is set here."""
+
+    # "cohorts": two cohorts alternate, one engine.generate per tick (every token engine);
+    # "continuous": one running decode that episodes join and leave (engines with `stream`)
+    mode: Literal["cohorts", "continuous"] = "cohorts"
+    # continuous: decode steps between an episode's tool call and its rejoining the decode
+    join_lag_steps: int = 8
+    # continuous: most sequences decoding at once (0 = no bound: the whole wave)
+    max_slots: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("cohorts", "continuous"):
+            raise ValueError(f"schedule.mode must be cohorts|continuous, got {self.mode!r}")
+        for name in ("join_lag_steps", "max_slots"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"schedule.{name} must be an int >= 0, got {v!r}")
 
 
 @dataclass
@@ -136,13 +171,19 @@ def step_text(teacher: TextEngine, episode: Episode, config: EpisodeConfig) -> f
 # ---- the collector ---------------------------------------------------------------------------
 class Collector:
     def __init__(self, engine: TokenEngine | Teacher, config: EpisodeConfig, *, group_size: int,
-                 workers: int = 2, groups_per_wave: int = 8, sampling_round: int = 0):
+                 workers: int = 2, groups_per_wave: int = 8, sampling_round: int = 0,
+                 schedule: ScheduleParams = ScheduleParams()):
         if group_size < 1 or workers < 1 or groups_per_wave < 1:
             raise ValueError("group_size, workers and groups_per_wave must be >= 1")
         self.token = isinstance(engine, TokenEngine)
         if not self.token and not isinstance(engine, Teacher):
             raise TypeError(f"{type(engine).__name__} is neither a TokenEngine nor a Teacher "
                             "(rlvr/engines/base.py)")
+        if schedule.mode == "continuous" and self.token \
+                and not isinstance(engine, StreamingEngine):
+            raise ValueError(f"schedule.mode continuous: engine {engine.name!r} cannot decode "
+                             "continuously (the torch engine can); use cohorts")
+        self.schedule = schedule
         round_parts(sampling_round)  # validates it
         self.sampling_round = sampling_round
         self.engine = engine
@@ -171,9 +212,11 @@ class Collector:
         finally:
             self.stats["wall_seconds"] += time.perf_counter() - started
 
-    def _count(self, seconds: float, prompts: int) -> None:
+    def _count(self, seconds: float, prompts: int, calls: int | None = None) -> None:
+        """Engine time; `calls`: generate calls (default: one if any prompt), or decode
+        steps of a continuous schedule."""
         with self._lock:
-            self.stats["generate_calls"] += 1 if prompts else 0
+            self.stats["generate_calls"] += (1 if prompts else 0) if calls is None else calls
             self.stats["generate_seconds"] += seconds
             self.stats["generate_prompts"] += prompts
 
@@ -243,23 +286,10 @@ class Collector:
         try:
             for f in [pool.submit(ep.start) for ep in everyone]:
                 f.result()
-            cohorts = [[ep for k, (_, eps) in enumerate(groups) if k % 2 == c for ep in eps]
-                       for c in (0, 1)]
-            tools: dict[int, Future] = {}
-            tick = 0
-            while any(not ep.done for ep in everyone) or tools:
-                cohort = cohorts[tick % 2]
-                for ep in cohort:
-                    fut = tools.pop(id(ep), None)
-                    if fut is not None:
-                        fut.result()
-                waiting = [ep for ep in cohort if ep.state == "generate"]
-                if waiting:
-                    self._count(step_token(self.engine, waiting, self.cfg), len(waiting))
-                for ep in cohort:
-                    if ep.state == "tool":
-                        tools[id(ep)] = pool.submit(ep.run_tool)
-                tick += 1
+            if self.schedule.mode == "continuous":
+                self._continuous(pool, everyone)
+            else:
+                self._cohorts(pool, groups, everyone)
             for f in [pool.submit(ep.finish) for ep in everyone]:
                 f.result()
         except BaseException:
@@ -267,3 +297,73 @@ class Collector:
                 release(ep)
             raise
         return [GroupResult(i, tasks[i], eps[0].spec.group_id, eps) for i, eps in groups]
+
+    def _cohorts(self, pool: ThreadPoolExecutor, groups: list[tuple[int, list[Episode]]],
+                 everyone: list[Episode]) -> None:
+        cohorts = [[ep for k, (_, eps) in enumerate(groups) if k % 2 == c for ep in eps]
+                   for c in (0, 1)]
+        tools: dict[int, Future] = {}
+        tick = 0
+        while any(not ep.done for ep in everyone) or tools:
+            cohort = cohorts[tick % 2]
+            for ep in cohort:
+                fut = tools.pop(id(ep), None)
+                if fut is not None:
+                    fut.result()
+            waiting = [ep for ep in cohort if ep.state == "generate"]
+            if waiting:
+                self._count(step_token(self.engine, waiting, self.cfg), len(waiting))
+            for ep in cohort:
+                if ep.state == "tool":
+                    tools[id(ep)] = pool.submit(ep.run_tool)
+            tick += 1
+
+    def _continuous(self, pool: ThreadPoolExecutor, everyone: list[Episode]) -> None:
+        """The continuous schedule (module docstring). `waiting` holds (join step, wave
+        index, episode); the step count jumps ahead when nothing is decoding."""
+        cfg, lag = self.cfg, self.schedule.join_lag_steps
+        params = SamplingParams.of(cfg.decoding, max_new_tokens=cfg.budgets.max_new_tokens_per_turn,
+                                   stop_token_ids=cfg.codec.stop_ids)
+        stream = self.engine.stream(params, seed=cfg.run_seed, max_slots=self.schedule.max_slots)
+        waiting = [(0, k) for k in range(len(everyone))]
+        tools: dict[int, Future] = {}
+        turn: dict[int, tuple] = {}  # wave index -> (limit, seed, version, step, joined at)
+        step = 0
+        try:
+            while waiting or stream.active:
+                if not stream.active:
+                    step = max(step, min(j for j, _ in waiting))
+                due = sorted(w for w in waiting if w[0] <= step)
+                waiting = [w for w in waiting if w[0] > step]
+                for _, k in due:
+                    ep = everyone[k]
+                    fut = tools.pop(k, None)
+                    if fut is not None:
+                        fut.result()
+                    if ep.state != "generate" or (n := ep.check_budget()) <= 0:
+                        continue
+                    seed = derive_seed(ep.spec.reset_seed, "turn", len(ep.turns))
+                    turn[k] = (n, seed, self.engine.policy_version, self.engine.policy_step,
+                               time.perf_counter())
+                    stream.add(k, ep.transcript.token_ids, sample_seed=seed, max_new_tokens=n)
+                if not stream.active:
+                    continue
+                started = time.perf_counter()
+                finished = stream.step()
+                self._count(time.perf_counter() - started, len(finished), calls=1)
+                step += 1
+                for k, sample in finished:
+                    ep = everyone[k]
+                    n, seed, version, policy_step, joined = turn.pop(k)
+                    ep.accept_sample(sample.token_ids, sample.logprobs, limit=n,
+                                     policy_version=version, policy_step=policy_step,
+                                     sample_seed=seed, gen_seconds=time.perf_counter() - joined)
+                    if ep.state == "tool":
+                        tools[k] = pool.submit(ep.run_tool)
+                        waiting.append((step + lag, k))
+                    elif ep.state == "generate":  # an invalid action's error was observed
+                        waiting.append((step, k))
+        finally:
+            for fut in tools.values():
+                fut.cancel()
+            stream.close()

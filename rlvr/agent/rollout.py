@@ -38,7 +38,7 @@ from typing import Any, Callable, Literal, Mapping
 
 import pyarrow as pa
 
-from rlvr.agent.collector import Collector, GroupResult, group_id_for
+from rlvr.agent.collector import Collector, GroupResult, ScheduleParams, group_id_for
 from rlvr.agent.episode import Budgets, EpisodeConfig, env_version
 from rlvr.agent.passport import (check_alignment, needs_verdict, parse_error_rate,
                                  passport_row, rebuild_check)
@@ -92,6 +92,8 @@ class RolloutParams:
     seed: int = 0
     workers: int = 2                       # tool thread pool / concurrent teacher episodes
     groups_per_wave: int = 8               # token engines: groups batched together
+    # token engines: cohorts of one generate call each, or one continuous decode per wave
+    schedule: ScheduleParams = field(default_factory=ScheduleParams)
     decoding: Decoding = field(default_factory=Decoding)
     budgets: Budgets = field(default_factory=Budgets)
     repetition: RepetitionParams = field(default_factory=RepetitionParams)
@@ -220,7 +222,7 @@ def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
     done = {g for g in gids if part_path(parts, g).is_file()}
     collector = Collector(engine, config, group_size=params.group_size,
                           workers=params.workers, groups_per_wave=params.groups_per_wave,
-                          sampling_round=sampling_round)
+                          sampling_round=sampling_round, schedule=params.schedule)
     with progress(len(tasks), "rollout") as bar:
         bar.update(len(done))
 

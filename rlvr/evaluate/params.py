@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from rlvr.agent.collector import ScheduleParams
 from rlvr.agent.episode import Budgets
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.config import load_section
@@ -63,6 +64,9 @@ class EvaluateParams:
     repetition: RepetitionParams = field(default_factory=RepetitionParams)
     workers: int = 2            # tool thread pool
     groups_per_wave: int = 8    # token engines: task groups batched into one generate call
+    # token engines: cohorts or one continuous decode per wave (`rollout.schedule`); the
+    # sampled ids are the same either way
+    schedule: ScheduleParams = field(default_factory=ScheduleParams)
     # Verification of the submitted diffs in fresh enclaves (SPEC §4): consensus runs for a
     # first-time pass, and the verification seed.
     consensus_runs: int = 3

@@ -33,6 +33,7 @@ def rollout_params(params: EvaluateParams, model_dir: Path | str) -> RolloutPara
         engine=params.engine, model_dir=str(model_dir), policy_version="", split="",
         max_tasks=0, group_size=params.samples_per_task, seed=params.seed,
         workers=params.workers, groups_per_wave=params.groups_per_wave,
+        schedule=params.schedule,
         decoding=params.decoding, budgets=params.budgets, repetition=params.repetition,
         engine_options=dict(params.engine_options))
 
