@@ -1,0 +1,115 @@
+"""Rollout schedules side by side: cohorts (one `generate` per tick) vs continuous batching
+(one running decode per wave), real episodes of a policy on a pipeline's tasks, in one process.
+
+Both arms roll out the same tasks with the same seeds, the checkout's `rollout` params (its
+decoding grammar, budgets, warm run_tests in the bwrap sandbox), the same engine object and
+G; arms alternate per repeat so machine load hits both. The continuous arm must produce the
+cohort arm's rollouts (ids, actions, observations; logprobs to 1e-4) or the run fails.
+
+Reported per arm: wall seconds, the engine's busy fraction (generate / wall), generated
+tokens per wall second, decode steps and the mean live sequences per decode step; the
+ratio cohorts / continuous of the wall seconds (best of repeats).
+
+    python bench/schedule.py --root /path/to/a/make-pipeline/checkout \
+        [--model models/policy-sft] [--tasks 16] [--group 4] [--lags 0,4,16] [--repeats 2]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+from _common import ROOT, emit, pipeline_pool
+
+from rlvr.agent.collector import ScheduleParams
+from rlvr.agent.passport import deterministic_view
+from rlvr.agent.rollout import load_params, open_engine, roll_out
+from rlvr.tasks.pool import select_tasks
+
+TOL = 1e-4
+
+
+def same_rollouts(a: list[dict], b: list[dict]) -> bool:
+    """Equal but for float rounding of the behaviour logprobs and their per-turn sums."""
+    for x, y in zip(a, b, strict=True):
+        for key in x:
+            if key == "logprobs":
+                if not all((math.isnan(p) and math.isnan(q)) or abs(p - q) <= TOL
+                           for p, q in zip(x[key], y[key], strict=True)):
+                    return False
+            elif key == "turns":
+                strip = [{k: v for k, v in t.items() if k != "logprob_sum"} for t in x[key]]
+                if strip != [{k: v for k, v in t.items() if k != "logprob_sum"} for t in y[key]]:
+                    return False
+            elif x[key] != y[key]:
+                return False
+    return True
+
+
+def arm(name, tasks, params, sandbox_params, engine) -> tuple[dict, list[dict]]:
+    stats: dict = {}
+    engine.stats.clear()
+    started = time.perf_counter()
+    rows = roll_out(tasks, params, sandbox_params, None, engine=engine, stats=stats)
+    wall = time.perf_counter() - started
+    generated = sum(r["n_trainable_tokens"] for r in rows)
+    steps = engine.stats.get("decode_steps", 0)
+    return ({"arm": name, "wall_s": round(wall, 3),
+             "busy_fraction": stats["generate_busy_fraction"],
+             "generated_tokens": generated, "tokens_per_s": round(generated / wall, 1),
+             "decode_steps": steps,
+             "live_per_step": round(engine.stats.get("slot_steps", 0) / steps, 2) if steps else 0,
+             "turns": sum(r["n_turns"] for r in rows)},
+            sorted(deterministic_view(rows), key=lambda r: r["trajectory_id"]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", default=str(ROOT), help="a `make pipeline` checkout")
+    ap.add_argument("--model", default="models/policy-sft", help="policy, relative to --root")
+    ap.add_argument("--tasks", type=int, default=16)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--wave", type=int, default=8, help="groups per wave")
+    ap.add_argument("--lags", default="0,4,16", help="continuous arms' join_lag_steps")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    root = Path(args.root)
+    base, sandbox_params = load_params(root / "params.yaml")
+    base = dataclasses.replace(base, engine="torch", model_dir=str(root / args.model),
+                               group_size=args.group, groups_per_wave=args.wave, seed=0)
+    tasks = select_tasks(pipeline_pool(root), base.split, args.tasks, 0)
+    engine = open_engine(base)
+    lags = [int(x) for x in args.lags.split(",") if x]
+    arms = [("cohorts", ScheduleParams())] + [
+        (f"continuous_lag{k}", ScheduleParams(mode="continuous", join_lag_steps=k)) for k in lags]
+    load_before = os.getloadavg()[0]
+    best: dict[str, dict] = {}
+    reference = None
+    for _ in range(args.repeats):
+        for name, schedule in arms:
+            result, rows = arm(name, tasks, dataclasses.replace(base, schedule=schedule),
+                               sandbox_params, engine)
+            if reference is None:
+                reference = rows
+            elif not same_rollouts(reference, rows):
+                raise SystemExit(f"{name}: rollouts differ from the cohort schedule's")
+            if name not in best or result["wall_s"] < best[name]["wall_s"]:
+                best[name] = result
+    engine.close()
+    out = {"bench": "schedule", "root": str(root), "model": args.model, "tasks": len(tasks),
+           "group": args.group, "wave": args.wave, "threads": args.threads,
+           "repeats": args.repeats, "same_rollouts": True, "arms": list(best.values()),
+           "ratio_wall_cohorts_over": {n: round(best["cohorts"]["wall_s"] / r["wall_s"], 3)
+                                       for n, r in best.items() if n != "cohorts"},
+           "loadavg_before": load_before, "loadavg_after": os.getloadavg()[0]}
+    emit(out)
+
+
+if __name__ == "__main__":
+    main()
