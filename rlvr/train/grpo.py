@@ -20,10 +20,11 @@ Async (`max_staleness` > 0): a producer thread makes the draws (select, roll out
 ahead of the trainer into a bounded queue (`DrawProducer`); the trainer admits a group only
 if Δv = v_trainer − v_rollout <= max_staleness (else `stale`, counted per difficulty band),
 Δv counted in policy versions — one per loop step that updated the weights, whatever its
-`epochs` x `mini_batches` optimizer steps (`versions_behind`) — and hands new weights to the producer, which loads them between draws. π_old is then the
-trainer's current weights (ρ ≡ 1 on the first pass still); TIS corrects the lag. The
-interleaving depends on timing, so the resume-equals-uninterrupted guarantee below is the
-synchronous mode's; an async resume restarts at the first draw the trainer had not taken.
+`epochs` x `mini_batches` optimizer steps (`versions_behind`) — and hands new weights to
+the producer, which loads them between draws. π_old is then the trainer's current weights
+(ρ ≡ 1 on the first pass still); TIS corrects the lag. The interleaving depends on
+timing, so the resume-equals-uninterrupted guarantee below is the synchronous mode's; an
+async resume restarts at the first draw the trainer had not taken.
 
 Trust boundary: this module is the policy side's trainer and never imports the enclave.
 The caller hands it a `verifier(tasks, patch_rows) -> verdict rows` (the stage binds
@@ -243,6 +244,7 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
           step_seconds) -> _State:
     """Steps state.step + 1 .. params.steps of `train_grpo` (module docstring)."""
     model.train()
+    call_token = call_token_id(policy.tokenizer)
     for step in range(state.step + 1, params.steps + 1):
         t0 = time.perf_counter()
         torch.manual_seed(params.seed * 1_000_003 + step)
@@ -255,7 +257,7 @@ def _loop(state, params, model, backend, policy, base_dir, run_dir, reference, c
         t1 = time.perf_counter()
         upd = train_on(model, backend, groups, params, scoring, reference, controller.coef,
                        state.policy_step, grammar=grammar,
-                       call_token=call_token_id(policy.tokenizer))
+                       call_token=call_token)
         if upd["train/optimizer_steps"]:
             state.policy_step += int(upd["train/optimizer_steps"])
             state.policy_version = state_version(model)  # the same weights on every rank
@@ -640,8 +642,7 @@ class BehaviourTally:
     call_tokens: float = 0.0
 
     def add(self, entropy: torch.Tensor, logprobs: torch.Tensor, behaviour: torch.Tensor,
-            mask: torch.Tensor, ids: torch.Tensor | None = None,
-            turns: torch.Tensor | None = None) -> None:
+            mask: torch.Tensor, ids: torch.Tensor, turns: torch.Tensor) -> None:
         """One scored batch: [b, T] entropy, trainer and behaviour logprobs, policy mask (the
         `_collate` layout); `ids` [b, T+1] and `turns` [b, T] for the region split."""
         ent = entropy.detach()
@@ -649,7 +650,7 @@ class BehaviourTally:
         self.tokens += float(mask.sum())
         self.trainer.append(logprobs.detach()[mask])
         self.behaviour.append(behaviour[mask])
-        if self.call_token is not None and ids is not None and turns is not None:
+        if self.call_token is not None:
             region = call_region(ids, mask, turns, self.call_token)
             self.call_entropy_sum += float(ent[region].sum())
             self.call_tokens += float(region.sum())

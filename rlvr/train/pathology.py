@@ -50,8 +50,9 @@ PASS_AT_K = "train/pass_at_k"
 LENGTH = "train/length_mean"
 PARSE_ERROR = "train/parse_error_rate"
 
-FLAGS = ("entropy_collapse", "action_entropy_collapse", "entropy_blowup", "groups_become_copies", "informative_collapse",
-         "pass_at_k_stall", "length_growth", "parse_error_spike")
+FLAGS = ("entropy_collapse", "action_entropy_collapse", "entropy_blowup",
+         "groups_become_copies", "informative_collapse", "pass_at_k_stall", "length_growth",
+         "parse_error_spike")
 
 
 @dataclass(frozen=True)
@@ -229,8 +230,8 @@ def parse_error_spike(curves, p: PathologyParams) -> Finding:
                    p.parse_error_spike, f"largest rise over the earlier median {worst:.3f}")
 
 
-DETECTORS = (entropy_collapse, action_entropy_collapse, entropy_blowup, groups_become_copies, informative_collapse,
-             pass_at_k_stall, length_growth, parse_error_spike)
+DETECTORS = (entropy_collapse, action_entropy_collapse, entropy_blowup, groups_become_copies,
+             informative_collapse, pass_at_k_stall, length_growth, parse_error_spike)
 
 
 def detect(curves: Sequence[Mapping[str, Any]],
