@@ -191,8 +191,7 @@ def sft_case(args) -> dict:
 
 def grpo_case(args) -> dict:
     from rlvr.agent.rollout import load_params as load_rollout_params
-    from rlvr.enclave.batch import VerifyParams, verify_patches
-    from rlvr.enclave.core import Enclave
+    from rlvr.enclave.batch import VerifyParams, enclave_verifier
     from rlvr.tasks.pool import select_tasks
     from rlvr.train.grpo import train_grpo
     from rlvr.train.grpo_config import load_grpo_params
@@ -207,11 +206,8 @@ def grpo_case(args) -> dict:
             "train/first_pass_ratio_dev", "train/mismatch/logprob_abs_diff_mean",
             "train/groups_accepted")
     logged: list[dict] = []
-    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
-                 workers=sandbox.workers, consensus_runs=p.consensus_runs) as enclave, \
+    with enclave_verifier(verify, sandbox, where="grpo") as (verifier, _), \
             tempfile.TemporaryDirectory() as tmp:
-        def verifier(task_list, patches):
-            return verify_patches(task_list, patches, verify, sandbox, enclave=enclave, where="grpo")
         res = train_grpo(args.root / "models/policy-sft", tasks, p, rollout, sandbox,
                          Path(tmp) / "out", Path(tmp) / "work", verifier=verifier,
                          log=lambda step, m: logged.append(dict(m)))

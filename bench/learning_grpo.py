@@ -40,8 +40,7 @@ if str(ROOT) not in sys.path:
 from bench._common import evaluation_sets, pipeline_pool  # noqa: E402
 from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
 from rlvr.artifacts.io import write_json  # noqa: E402
-from rlvr.enclave.batch import VerifyParams, verify_patches  # noqa: E402
-from rlvr.enclave.core import Enclave  # noqa: E402
+from rlvr.enclave.batch import VerifyParams, enclave_verifier  # noqa: E402
 from rlvr.evaluate.params import TierSizes, load_params as load_eval_params  # noqa: E402
 from rlvr.evaluate.report import build_report, pass_at_k_table, write_eval, write_plots  # noqa: E402
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
@@ -225,12 +224,7 @@ def main() -> None:
                      "sets": manifest(sets), "runs": {}}
     curves: dict[int, list[dict]] = {}
     verify = VerifyParams(seed=grpo.verify_seed, consensus_runs=grpo.consensus_runs)
-    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
-                 workers=sandbox.workers, consensus_runs=grpo.consensus_runs) as enclave:
-        def verifier(task_list, patches):
-            return verify_patches(task_list, patches, verify, sandbox, enclave=enclave,
-                                  where="grpo")
-
+    with enclave_verifier(verify, sandbox, where="grpo") as (verifier, enclave):
         rows = (recorded_rows(args.sft_eval, "sft", sets, evalp.samples_per_task)
                 if args.sft_eval else
                 evaluation(work / "eval-sft.parquet", base, sets, evalp, sandbox, enclave,

@@ -14,8 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.agent.rollout import load_params as load_rollout_params
-from rlvr.enclave.batch import VerifyParams, verify_patches
-from rlvr.enclave.core import Enclave
+from rlvr.enclave.batch import VerifyParams, enclave_verifier
 from rlvr.errors import exit_on_error
 from rlvr.tasks.pool import select_tasks
 from rlvr.tracking.stage import stage_run
@@ -53,12 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("grpo", params, sections=("grpo", "rollout", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
                    metrics_path=args.metrics) as run, \
-            Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
-                    workers=sandbox.workers, consensus_runs=params.consensus_runs) as enclave:
-        def verifier(task_list, patches):
-            return verify_patches(task_list, patches, verify, sandbox, enclave=enclave,
-                                  where="grpo")
-
+            enclave_verifier(verify, sandbox, where="grpo") as (verifier, _):
         result = train_grpo(args.base, tasks, params, rollout, sandbox, args.out, args.work,
                             verifier=verifier, log=run.log_step)
         write_loss_csv(args.plots, result.curves, columns=PLOT_COLUMNS, png=args.png,

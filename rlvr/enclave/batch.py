@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_tables
@@ -77,9 +78,7 @@ def verify_patches(tasks: Sequence[Task], patches: Sequence[Mapping], params: Ve
         if enclave is not None:
             verdicts = enclave.verify_many(items, progress=bar.update)
         else:
-            with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
-                         workers=sandbox.workers,
-                         consensus_runs=params.consensus_runs) as own:
+            with Enclave.for_sandbox(sandbox, consensus_runs=params.consensus_runs) as own:
                 verdicts = own.verify_many(items, progress=bar.update)
     return [{
         "task_id": row["task_id"], "candidate_id": row["candidate_id"],
@@ -88,6 +87,21 @@ def verify_patches(tasks: Sequence[Task], patches: Sequence[Mapping], params: Ve
         "safety_flags": list(verdict.safety_flags), "seed": params.seed,
         **_measurements(verdict.wall_seconds, verdict.resources),
     } for row, verdict in zip(patches, verdicts)]
+
+
+Verifier = Callable[[Sequence[Task], Sequence[Mapping]], list[dict]]
+
+
+@contextmanager
+def enclave_verifier(params: VerifyParams, sandbox: SandboxParams,
+                     where: str = "grpo") -> Iterator[tuple[Verifier, Enclave]]:
+    """An open enclave and `verify_patches` bound to it: the verifier a training loop is
+    handed (it passes tasks and patch rows, gets verdict rows, never sees the enclave); the
+    enclave itself for the caller's other verification (an evaluation beside the loop)."""
+    with Enclave.for_sandbox(sandbox, consensus_runs=params.consensus_runs) as enclave:
+        def verifier(tasks: Sequence[Task], patches: Sequence[Mapping]) -> list[dict]:
+            return verify_patches(tasks, patches, params, sandbox, enclave=enclave, where=where)
+        yield verifier, enclave
 
 
 def _measurements(wall_seconds: float, resources: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rlvr import seeds
 from rlvr.errors import SandboxUnavailable
@@ -48,6 +48,9 @@ from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import check_patch
 from rlvr.tasks import project_config
 from rlvr.versioning import source_digest
+
+if TYPE_CHECKING:
+    from rlvr.sandbox.params import SandboxParams
 
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
 INSIDE_TARGET = "/opt/rlvr-enclave"
@@ -204,6 +207,13 @@ class Enclave:
     A context manager; `close()` stops the servers. Thread-safe: concurrent calls are spread
     over the `workers` servers (each serves one verdict at a time).
     """
+
+    @classmethod
+    def for_sandbox(cls, sandbox: "SandboxParams", **opts) -> "Enclave":
+        """An enclave on a `sandbox` params section's backend, limits and workers; `opts`
+        are other constructor arguments (consensus_runs) or override those (workers)."""
+        return cls(**{"backend": sandbox.backend, "limits": sandbox.limits.to_limits(),
+                      "workers": sandbox.workers, **opts})
 
     def __init__(self, backend: str = "bwrap", limits: Limits | None = None, workers: int = 1,
                  consensus_runs: int = 3, lean_runner: bool = True):

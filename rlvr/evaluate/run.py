@@ -81,9 +81,7 @@ def evaluate_checkpoints(checkpoints: Mapping[str, Path | str], sets: Sequence[E
     from rlvr.enclave.core import Enclave
 
     rows: list[dict] = []
-    with Enclave(backend=sandbox_params.backend, limits=sandbox_params.limits.to_limits(),
-                 workers=sandbox_params.workers,
-                 consensus_runs=params.consensus_runs) as enclave:
+    with Enclave.for_sandbox(sandbox_params, consensus_runs=params.consensus_runs) as enclave:
         for name, model_dir in checkpoints.items():
             spent: dict = {}
             rows += evaluate_checkpoint(model_dir, sets, params, sandbox_params,

@@ -250,8 +250,7 @@ def check_task(task_dir: Path | str, params, sandbox_params) -> CheckReport:
             if wrong.kind != "empty":     # the empty patch is the buggy state, shown above
                 states.append((f"wrong solution {wrong.label}", wrong.files, wrong.kind))
     reports = []
-    with Enclave(backend=sandbox_params.backend, limits=sandbox_params.limits.to_limits(),
-                 workers=1) as enclave:
+    with Enclave.for_sandbox(sandbox_params, workers=1) as enclave:
         for label, files, kind in states:
             if files is None:
                 reports.append(StateReport(label, "apply_failed", {}, [], {}, {}, {}, kind))

@@ -537,8 +537,7 @@ def run_curation(source: Path, params: CurationParams, sandbox: SandboxParams) -
     from rlvr.tasks.authored import discover, load_task_dir
 
     candidates = [load_task_dir(d) for d in discover(source)]
-    with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
-                 workers=sandbox.workers) as enclave, \
+    with Enclave.for_sandbox(sandbox) as enclave, \
             progress(len(candidates), "curate") as bar:
         return curate(candidates, enclave, params, workers=sandbox.workers, progress=bar.update)
 
