@@ -10,8 +10,14 @@ Reported per arm: wall seconds, the engine's busy fraction (generate / wall), ge
 tokens per wall second, decode steps and the mean live sequences per decode step; the
 ratio cohorts / continuous of the wall seconds (best of repeats).
 
+`--grpo-steps N` (N > 0) also runs the checkpoint's `grpo` stage loop for N steps from the
+SFT policy against the enclave, once per schedule (continuous at the params' lag): per step
+the rollout seconds, the engine's busy fraction during rollouts and the step seconds, and
+whether both runs drew the same groups with the same rewards.
+
     python bench/schedule.py --root /path/to/a/make-pipeline/checkout \
-        [--model models/policy-sft] [--tasks 16] [--group 4] [--lags 0,4,16] [--repeats 2]
+        [--model models/policy-sft] [--tasks 16] [--group 4] [--lags 0,4,16] [--repeats 2] \
+        [--grpo-steps 3]
 """
 from __future__ import annotations
 
@@ -19,16 +25,19 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
-from _common import ROOT, emit, pipeline_pool
 
-from rlvr.agent.collector import ScheduleParams
-from rlvr.agent.passport import deterministic_view
-from rlvr.agent.rollout import load_params, open_engine, roll_out
-from rlvr.tasks.pool import select_tasks
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._common import ROOT, emit, pipeline_pool  # noqa: E402
+from rlvr.agent.collector import ScheduleParams  # noqa: E402
+from rlvr.agent.passport import deterministic_view  # noqa: E402
+from rlvr.agent.rollout import load_params, open_engine, roll_out  # noqa: E402
+from rlvr.tasks.pool import select_tasks  # noqa: E402
 
 TOL = 1e-4
 
@@ -67,6 +76,40 @@ def arm(name, tasks, params, sandbox_params, engine) -> tuple[dict, list[dict]]:
             sorted(deterministic_view(rows), key=lambda r: r["trajectory_id"]))
 
 
+def grpo_arms(root: Path, model: str, steps: int) -> dict:
+    """The stage's GRPO loop under each schedule (module docstring)."""
+    import tempfile
+
+    from rlvr.enclave.batch import VerifyParams, enclave_verifier
+    from rlvr.train.grpo import train_grpo
+    from rlvr.train.grpo_config import load_grpo_params
+
+    params = dataclasses.replace(load_grpo_params(root / "params.yaml"), steps=steps)
+    rollout, sandbox = load_params(root / "params.yaml")
+    tasks = select_tasks(pipeline_pool(root), params.split, params.max_tasks, params.seed)
+    verify = VerifyParams(seed=params.verify_seed, consensus_runs=params.consensus_runs)
+    out: dict = {"steps": steps, "tasks": len(tasks)}
+    ledgers = {}
+    with enclave_verifier(verify, sandbox, where="grpo") as (verifier, _):
+        for mode in ("cohorts", "continuous"):
+            logged: list[dict] = []
+            r = dataclasses.replace(rollout, schedule=dataclasses.replace(rollout.schedule,
+                                                                          mode=mode))
+            with tempfile.TemporaryDirectory() as tmp:
+                res = train_grpo(root / model, tasks, params, r, sandbox, Path(tmp) / "out",
+                                 Path(tmp) / "work", verifier=verifier,
+                                 log=lambda step, m: logged.append(dict(m)))
+            ledgers[mode] = [(g["group_id"], g["status"], g["rewards"]) for g in res.ledger]
+            out[mode] = [{"rollout_s": round(m["time/rollout_s"], 2),
+                          "busy_fraction": round(m.get("time/generate_busy_fraction", 0), 3),
+                          "step_s": round(m["time/step_s"], 2)} for m in logged]
+    out["same_groups_and_rewards"] = ledgers["cohorts"] == ledgers["continuous"]
+    out["ratio_rollout_s_cohorts_over_continuous"] = round(
+        sum(a["rollout_s"] for a in out["cohorts"])
+        / sum(b["rollout_s"] for b in out["continuous"]), 3)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", default=str(ROOT), help="a `make pipeline` checkout")
@@ -75,8 +118,9 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--wave", type=int, default=8, help="groups per wave")
     ap.add_argument("--lags", default="0,4,16", help="continuous arms' join_lag_steps")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="0: only the GRPO case")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--grpo-steps", type=int, default=0, help="also the GRPO loop, N steps")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     root = Path(args.root)
@@ -106,8 +150,12 @@ def main() -> None:
            "group": args.group, "wave": args.wave, "threads": args.threads,
            "repeats": args.repeats, "same_rollouts": True, "arms": list(best.values()),
            "ratio_wall_cohorts_over": {n: round(best["cohorts"]["wall_s"] / r["wall_s"], 3)
-                                       for n, r in best.items() if n != "cohorts"},
-           "loadavg_before": load_before, "loadavg_after": os.getloadavg()[0]}
+                                       for n, r in best.items() if n != "cohorts"}
+           if best else {},
+           "loadavg_before": load_before}
+    if args.grpo_steps:
+        out["grpo"] = grpo_arms(root, args.model, args.grpo_steps)
+    out["loadavg_after"] = os.getloadavg()[0]
     emit(out)
 
 

@@ -87,3 +87,39 @@ def test_a_wrong_schedule_is_refused_by_name(tmp_path):
     params.write_text("rollout:\n  schedule: {mode: streaming}\n")
     with pytest.raises(ConfigError, match=r"rollout\.schedule\.mode: must be one of"):
         load_params(params)
+
+
+def test_a_grpo_step_rolls_out_continuously(tmp_path, bwrap_sandbox, monkeypatch):
+    """The loop's in-process engine (`TorchEngine.from_model` on the trained model) streams:
+    `rollout.schedule` reaches the GRPO draws, which equal the cohort schedule's."""
+    import dataclasses
+
+    from rlvr.agent.rollout import RolloutParams
+    from rlvr.sandbox.params import SandboxParams
+    from rlvr.train import grpo
+    from rlvr.train.grpo_config import parse_grpo_params
+
+    monkeypatch.setenv("RLVR_PROGRESS", "0")
+    rollout = RolloutParams(workers=1, decoding=Decoding(grammar="tool_call"),
+                            budgets=Budgets(max_turns=3, max_new_tokens_per_turn=48,
+                                            max_new_tokens_per_episode=200))
+    params = parse_grpo_params({"steps": 1, "group_size": 2, "groups_per_step": 2,
+                                "tasks_per_draw": 2, "max_draws": 1, "consensus_runs": 1})
+
+    def no_patches(tasks, patches):  # run_tests every turn: nothing is ever submitted
+        assert not patches
+        return []
+
+    ledgers = {}
+    for mode in ("cohorts", "continuous"):
+        logged: list[dict] = []
+        result = grpo.train_grpo(
+            acting_policy_dir(), [count_task(), take_task()], params,
+            dataclasses.replace(rollout, schedule=ScheduleParams(mode=mode)),
+            SandboxParams(backend="bwrap", workers=1), tmp_path / f"{mode}-out",
+            tmp_path / f"{mode}-work", verifier=no_patches,
+            log=lambda step, m: logged.append(dict(m)))
+        ledgers[mode] = [(g["group_id"], g["status"], g["rewards"], tuple(g["trajectory_ids"]))
+                         for g in result.ledger]
+        assert logged[0]["time/generate_busy_fraction"] > 0
+    assert ledgers["continuous"] == ledgers["cohorts"] and len(ledgers["cohorts"]) == 2
