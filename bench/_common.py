@@ -56,6 +56,23 @@ def summary(values: list[float]) -> dict:
             "n": len(values)}
 
 
+def grpo_scratch_run(root: Path, base: Path, params, rollout, sandbox, verifier):
+    """Stage `grpo`'s loop on `root`'s task pool (the split and sample `params` name) into a
+    throwaway directory: (its `GRPOResult`, every step's logged metrics, the pool's size)."""
+    import tempfile
+
+    from rlvr.tasks.pool import select_tasks
+    from rlvr.train.grpo import train_grpo
+
+    tasks = select_tasks(pipeline_pool(root), params.split, params.max_tasks, params.seed)
+    logged: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train_grpo(base, tasks, params, rollout, sandbox, Path(tmp) / "out",
+                            Path(tmp) / "work", verifier=verifier,
+                            log=lambda step, m: logged.append(dict(m)))
+    return result, logged, len(tasks)
+
+
 def mismatch(a: list[list[float]], b: list[list[float]]) -> dict:
     """|Δ logp| between two logprob lists per sample (e.g. a sampler's recorded behaviour
     logprobs and a teacher-forced rescoring of the same tokens), over every token pair."""

@@ -44,7 +44,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import mismatch, pipeline_pool  # noqa: E402
+from bench._common import grpo_scratch_run, mismatch  # noqa: E402
 from bench.engine import hf_generate, make_prompts, time_best  # noqa: E402
 from rlvr.engines.base import SamplingParams  # noqa: E402
 from rlvr.engines.torch_engine import TorchEngine  # noqa: E402
@@ -192,26 +192,20 @@ def sft_case(args) -> dict:
 def grpo_case(args) -> dict:
     from rlvr.agent.rollout import load_params as load_rollout_params
     from rlvr.enclave.batch import VerifyParams, enclave_verifier
-    from rlvr.tasks.pool import select_tasks
-    from rlvr.train.grpo import train_grpo
     from rlvr.train.grpo_config import load_grpo_params
 
     params_file = args.root / "params.yaml"
     p = dataclasses.replace(load_grpo_params(params_file), device=args.device, steps=args.grpo_steps,
                             dtype=args.dtype)
     rollout, sandbox = load_rollout_params(params_file)
-    tasks = select_tasks(pipeline_pool(args.root), p.split, p.max_tasks, p.seed)
     verify = VerifyParams(seed=p.verify_seed, consensus_runs=p.consensus_runs)
     keep = ("train/reward", "train/pass_at_1", "train/informative_fraction", "train/entropy",
             "train/first_pass_ratio_dev", "train/mismatch/logprob_abs_diff_mean",
             "train/groups_accepted")
-    logged: list[dict] = []
-    with enclave_verifier(verify, sandbox, where="grpo") as (verifier, _), \
-            tempfile.TemporaryDirectory() as tmp:
-        res = train_grpo(args.root / "models/policy-sft", tasks, p, rollout, sandbox,
-                         Path(tmp) / "out", Path(tmp) / "work", verifier=verifier,
-                         log=lambda step, m: logged.append(dict(m)))
-    return {"steps": res.steps, "policy_step": res.policy_step, "tasks": len(tasks),
+    with enclave_verifier(verify, sandbox, where="grpo") as (verifier, _):
+        res, logged, n_tasks = grpo_scratch_run(args.root, args.root / "models/policy-sft", p,
+                                                rollout, sandbox, verifier)
+    return {"steps": res.steps, "policy_step": res.policy_step, "tasks": n_tasks,
             "seconds_per_step": [round(s, 1) for s in res.step_seconds],
             "flags": {k: v for k, v in res.flags.items() if v},
             "curves": [{k: c[k] for k in keep if k in c} for c in res.curves],

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import ROOT, emit, pipeline_pool  # noqa: E402
+from bench._common import ROOT, emit, grpo_scratch_run, pipeline_pool  # noqa: E402
 from rlvr.agent.collector import ScheduleParams  # noqa: E402
 from rlvr.agent.passport import deterministic_view  # noqa: E402
 from rlvr.agent.rollout import load_params, open_engine, roll_out  # noqa: E402
@@ -78,27 +78,20 @@ def arm(name, tasks, params, sandbox_params, engine) -> tuple[dict, list[dict]]:
 
 def grpo_arms(root: Path, model: str, steps: int) -> dict:
     """The stage's GRPO loop under each schedule (module docstring)."""
-    import tempfile
-
     from rlvr.enclave.batch import VerifyParams, enclave_verifier
-    from rlvr.train.grpo import train_grpo
     from rlvr.train.grpo_config import load_grpo_params
 
     params = dataclasses.replace(load_grpo_params(root / "params.yaml"), steps=steps)
     rollout, sandbox = load_params(root / "params.yaml")
-    tasks = select_tasks(pipeline_pool(root), params.split, params.max_tasks, params.seed)
     verify = VerifyParams(seed=params.verify_seed, consensus_runs=params.consensus_runs)
-    out: dict = {"steps": steps, "tasks": len(tasks)}
+    out: dict = {"steps": steps}
     ledgers = {}
     with enclave_verifier(verify, sandbox, where="grpo") as (verifier, _):
         for mode in ("cohorts", "continuous"):
-            logged: list[dict] = []
             r = dataclasses.replace(rollout, schedule=dataclasses.replace(rollout.schedule,
                                                                           mode=mode))
-            with tempfile.TemporaryDirectory() as tmp:
-                res = train_grpo(root / model, tasks, params, r, sandbox, Path(tmp) / "out",
-                                 Path(tmp) / "work", verifier=verifier,
-                                 log=lambda step, m: logged.append(dict(m)))
+            res, logged, out["tasks"] = grpo_scratch_run(root, root / model, params, r,
+                                                         sandbox, verifier)
             ledgers[mode] = [(g["group_id"], g["status"], g["rewards"]) for g in res.ledger]
             out[mode] = [{"rollout_s": round(m["time/rollout_s"], 2),
                           "busy_fraction": round(m.get("time/generate_busy_fraction", 0), 3),
