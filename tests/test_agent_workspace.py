@@ -189,6 +189,21 @@ def test_run_tests_timeout_is_the_policys_problem(ws, bwrap_sandbox):
     assert obs.status == "timeout" and "timed out after 1.5s" in obs.observation
 
 
+def test_run_tests_budget_is_cpu_time(ws, bwrap_sandbox):
+    """A suite that waits past the budget without computing still runs (the budget is CPU
+    time, so a slow suite on a loaded machine is not cut); one that waits past
+    WAIT_FACTOR x the budget is."""
+    from rlvr.agent.executor import WAIT_FACTOR
+    init = ws.repo / "mini" / "__init__.py"
+    original = init.read_text()
+    init.write_text("import time\ntime.sleep(1.5)\n" + original)
+    obs = run(host(ws, sandbox=bwrap_sandbox, timeout=1.0), "run_tests")
+    assert obs.status == "ok" and "[pytest exit code" in obs.observation, obs.observation
+    init.write_text(f"import time\ntime.sleep({WAIT_FACTOR + 2})\n" + original)
+    obs = run(host(ws, sandbox=bwrap_sandbox, timeout=1.0), "run_tests")
+    assert obs.status == "timeout" and "timed out after 1s" in obs.observation
+
+
 class BrokenSandbox:
     name, python = "broken", "/usr/bin/python3"
 

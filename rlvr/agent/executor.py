@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -138,7 +139,14 @@ def fix_line(text: str, line: int, fix: str, nth: int) -> tuple[str, str]:
     return "\n".join(lines), ""
 
 
-CPU_HEADROOM_S = 2  # CPU seconds allowed beyond the tool timeout (see ToolExecutor)
+# The tool's budget is CPU time: a suite's CPU time does not grow with the load beside it,
+# its wall time does. Measured on this 2-core box: the slowest seed-pool state (an
+# `inflection` mutant whose suite compiles a regex per call) used 7.0 s of CPU alone and
+# with two copies beside it, while its wall time went from 7.6 s to 11.2 s, past the 10 s
+# budget. Under a wall budget such a state passed or failed with the load, so the pipeline's
+# tasks and teacher rollouts did too. A busy loop is stopped at the budget (SIGXCPU);
+# a process that waits instead of computing is stopped at WAIT_FACTOR x the budget.
+WAIT_FACTOR = 3
 
 
 class ToolExecutor:
@@ -148,11 +156,9 @@ class ToolExecutor:
         self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.observation_cap = observation_cap
-        # CPU limit above the wall timeout: a single-threaded busy loop must read as the
-        # tool timing out (its CPU time never passes its wall time), not race SIGXCPU against
-        # the wall clock; a process that burns several cores still hits the CPU limit first
-        self.limits = limits.replace(wall_seconds=float(timeout_s),
-                                     cpu_seconds=math.ceil(timeout_s) + CPU_HEADROOM_S)
+        # CPU time is the budget, wall time the backstop (WAIT_FACTOR)
+        self.limits = limits.replace(wall_seconds=WAIT_FACTOR * float(timeout_s),
+                                     cpu_seconds=math.ceil(timeout_s))
         # `warm`: run_tests through one sandboxed pytest fork-server for this workspace
         # (rlvr.agent.warm_tests), same observation as the cold path; the cold path stays
         # the fallback (no privilege separation, a server that cannot start, a shadowed
@@ -356,7 +362,7 @@ class ToolExecutor:
     def _test_observation(self, result: RunResult) -> tuple[str, str, str]:
         """One sandboxed pytest run as the agent sees it (both paths format through here)."""
         output = normalize_test_output((result.stdout or "") + (result.stderr or ""))
-        if result.timed_out:
+        if result.timed_out or result.signal == signal.SIGXCPU:
             return (f"{output}\n[run_tests timed out after {self.timeout_s:g}s]",
                     "timeout", "")
         if result.exit_code is None or (result.exit_code == 1
