@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 import time
@@ -35,29 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import ROOT, emit, grpo_scratch_run, pipeline_pool  # noqa: E402
 from rlvr.agent.collector import ScheduleParams  # noqa: E402
-from rlvr.agent.passport import deterministic_view  # noqa: E402
+from rlvr.agent.passport import deterministic_view, rollout_differences  # noqa: E402
 from rlvr.agent.rollout import load_params, open_engine, roll_out  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
-
-TOL = 1e-4
-
-
-def same_rollouts(a: list[dict], b: list[dict]) -> bool:
-    """Equal but for float rounding of the behaviour logprobs and their per-turn sums."""
-    for x, y in zip(a, b, strict=True):
-        for key in x:
-            if key == "logprobs":
-                if not all((math.isnan(p) and math.isnan(q)) or abs(p - q) <= TOL
-                           for p, q in zip(x[key], y[key], strict=True)):
-                    return False
-            elif key == "turns":
-                strip = [{k: v for k, v in t.items() if k != "logprob_sum"} for t in x[key]]
-                if strip != [{k: v for k, v in t.items() if k != "logprob_sum"} for t in y[key]]:
-                    return False
-            elif x[key] != y[key]:
-                return False
-    return True
-
 
 def arm(name, tasks, params, sandbox_params, engine) -> tuple[dict, list[dict]]:
     stats: dict = {}
@@ -134,8 +113,9 @@ def main() -> None:
                                sandbox_params, engine)
             if reference is None:
                 reference = rows
-            elif not same_rollouts(reference, rows):
-                raise SystemExit(f"{name}: rollouts differ from the cohort schedule's")
+            elif differ := rollout_differences(reference, rows):
+                raise SystemExit(f"{name}: rollouts differ from the cohort schedule's: "
+                                 + ", ".join(differ[:5]))
             if name not in best or result["wall_s"] < best[name]["wall_s"]:
                 best[name] = result
     engine.close()

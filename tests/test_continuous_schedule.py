@@ -7,20 +7,17 @@ The policy answers `run_tests` every turn (`agentkit.acting_policy_dir`) under t
 `tool_call` grammar, so every turn waits on a real sandboxed pytest run."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from agentkit import ReplayEngine, acting_policy_dir, count_task, price_task, take_task
 from rlvr.agent.collector import Collector, ScheduleParams
 from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig
-from rlvr.agent.passport import deterministic_view, passport_row
+from rlvr.agent.passport import deterministic_view, passport_row, rollout_differences
 from rlvr.agent.rollout import load_params
 from rlvr.agent.transcript import ChatCodec
 from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
 
-TOL = 1e-4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -43,31 +40,13 @@ def collect(engine, sandbox, schedule: ScheduleParams, *, workers: int = 2) -> l
     return sorted(deterministic_view(rows), key=lambda r: r["trajectory_id"])
 
 
-def assert_same_rollouts(a: list[dict], b: list[dict]) -> None:
-    """Equal but for float rounding of the behaviour logprobs (and their per-turn sums)."""
-    assert [r["trajectory_id"] for r in a] == [r["trajectory_id"] for r in b]
-    for x, y in zip(a, b):
-        assert set(x) == set(y)
-        for key in x:
-            if key == "logprobs":
-                assert all((math.isnan(p) and math.isnan(q)) or abs(p - q) <= TOL
-                           for p, q in zip(x[key], y[key], strict=True)), x["trajectory_id"]
-            elif key == "turns":
-                for s, t in zip(x[key], y[key], strict=True):
-                    s, t = dict(s), dict(t)
-                    assert abs(s.pop("logprob_sum") - t.pop("logprob_sum")) <= TOL * 64
-                    assert s == t
-            else:
-                assert x[key] == y[key], (x["trajectory_id"], key)
-
-
 def test_continuous_rollouts_are_the_cohort_schedules(engine, bwrap_sandbox):
     cohorts = collect(engine, bwrap_sandbox, ScheduleParams())
     assert all(r["n_turns"] == 4 and r["stop_reason"] == "max_turns" for r in cohorts)
     assert all(t["tool_name"] == "run_tests" for r in cohorts for t in r["turns"])
     for schedule in (ScheduleParams(mode="continuous", join_lag_steps=0),
                      ScheduleParams(mode="continuous", join_lag_steps=8, max_slots=3)):
-        assert_same_rollouts(cohorts, collect(engine, bwrap_sandbox, schedule))
+        assert rollout_differences(cohorts, collect(engine, bwrap_sandbox, schedule)) == []
 
 
 def test_continuous_rollouts_do_not_depend_on_threads(engine, bwrap_sandbox):

@@ -50,8 +50,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Literal, Sequence
 
 from rlvr.agent.episode import Episode, EpisodeConfig, EpisodeSpec, bind_teacher
-from rlvr.engines.base import (SamplingParams, StreamingEngine, Teacher, TextEngine,
-                               TokenEngine)
+from rlvr.engines.base import StreamingEngine, Teacher, TextEngine, TokenEngine
 from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 
@@ -132,10 +131,9 @@ def step_token(engine: TokenEngine, episodes: Sequence[Episode], config: Episode
     live = [(ep, n) for ep, n in zip(episodes, limits) if n > 0]
     if not live:
         return 0.0
-    params = SamplingParams.of(config.decoding, max_new_tokens=max(n for _, n in live),
-                               stop_token_ids=config.codec.stop_ids)
+    params = config.sampling(max(n for _, n in live))
     prompts = [ep.transcript.token_ids for ep, _ in live]
-    seeds = [derive_seed(ep.spec.reset_seed, "turn", len(ep.turns)) for ep, _ in live]
+    seeds = [ep.turn_seed() for ep, _ in live]
     version, step = engine.policy_version, engine.policy_step
     started = time.perf_counter()
     samples = engine.generate(prompts, params, seed=config.run_seed, sample_seeds=seeds)
@@ -154,7 +152,7 @@ def step_text(teacher: TextEngine, episode: Episode, config: EpisodeConfig) -> f
     n = episode.check_budget()
     if n <= 0:
         return 0.0
-    seed = derive_seed(episode.spec.reset_seed, "turn", len(episode.turns))
+    seed = episode.turn_seed()
     started = time.perf_counter()
     try:
         text = teacher.chat(list(episode.messages), seed=seed, max_tokens=n)
@@ -322,9 +320,7 @@ class Collector:
         """The continuous schedule (module docstring). `waiting` holds (join step, wave
         index, episode); the step count jumps ahead when nothing is decoding."""
         cfg, lag = self.cfg, self.schedule.join_lag_steps
-        params = SamplingParams.of(cfg.decoding, max_new_tokens=cfg.budgets.max_new_tokens_per_turn,
-                                   stop_token_ids=cfg.codec.stop_ids)
-        stream = self.engine.stream(params, seed=cfg.run_seed, max_slots=self.schedule.max_slots)
+        stream = self.engine.stream(cfg.sampling(cfg.budgets.max_new_tokens_per_turn), seed=cfg.run_seed, max_slots=self.schedule.max_slots)
         waiting = [(0, k) for k in range(len(everyone))]
         tools: dict[int, Future] = {}
         turn: dict[int, tuple] = {}  # wave index -> (limit, seed, version, step, joined at)
@@ -342,7 +338,7 @@ class Collector:
                         fut.result()
                     if ep.state != "generate" or (n := ep.check_budget()) <= 0:
                         continue
-                    seed = derive_seed(ep.spec.reset_seed, "turn", len(ep.turns))
+                    seed = ep.turn_seed()
                     turn[k] = (n, seed, self.engine.policy_version, self.engine.policy_step,
                                time.perf_counter())
                     stream.add(k, ep.transcript.token_ids, sample_seed=seed, max_new_tokens=n)

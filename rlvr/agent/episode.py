@@ -36,8 +36,9 @@ from rlvr.rl.reward import RewardParams
 from rlvr.agent.tools import ParsedAction, ToolCall, parse_action, tools_fingerprint
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace
-from rlvr.engines.base import Decoding, Teacher, TextEngine, TokenEngine
+from rlvr.engines.base import Decoding, SamplingParams, Teacher, TextEngine, TokenEngine
 from rlvr.sandbox.base import Limits, Sandbox
+from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 from rlvr.tasks.patches import extract_patch
 
@@ -96,6 +97,12 @@ class EpisodeConfig:
     warm_tests: bool = True
     workspace_parent: Path | None = None
     run_seed: int = 0
+
+    def sampling(self, max_new_tokens: int) -> SamplingParams:
+        """A turn's sampling params: the decoding, `max_new_tokens`, stopping at the codec's
+        end-of-turn ids (every token engine's schedule samples turns with these)."""
+        return SamplingParams.of(self.decoding, max_new_tokens=max_new_tokens,
+                                 stop_token_ids=self.codec.stop_ids)
 
 
 @dataclass
@@ -208,6 +215,11 @@ class Episode:
         if n >= b.max_new_tokens_per_episode - self.generated:
             return f"episode budget of {b.max_new_tokens_per_episode} generated tokens"
         return f"context window of {b.max_context_tokens} tokens"
+
+    def turn_seed(self) -> int:
+        """The sample seed of this episode's next turn: derive_seed(reset seed, "turn", t),
+        whatever else shares the batch or the decode."""
+        return derive_seed(self.spec.reset_seed, "turn", len(self.turns))
 
     def check_budget(self) -> int:
         """`request()`, stopping the episode (max_tokens) when nothing may be generated."""

@@ -12,6 +12,8 @@ checks that make it trustworthy without regeneration.
   timings — a function of the run's inputs, byte-identical on a rerun, so the stages that
   depend on it are not made stale by a clock — and the timings to `timings_path`
   (`schemas.TRAJECTORY_TIMINGS`, read back by `read_trajectory_timings`).
+* `rollout_differences(a, b)` — where two runs' passports differ beyond float rounding of
+  the logprobs: how two schedules or devices that must sample the same rollouts are compared.
 * `rebuild_check(row) -> list[str]` — recomputes from the stored row alone the trainable-token
   count, each turn's logprob (sum of its token logprobs), the stop reason (replaying the
   budget / invalid-action / repetition rules) and the reward fields; every disagreement is a
@@ -257,6 +259,39 @@ def deterministic_view(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows without wall-clock columns (what must be identical across identical runs)."""
     drop = set(schemas.TRAJECTORY_TIMING_COLUMNS)
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+
+
+def rollout_differences(a: list[Mapping[str, Any]], b: list[Mapping[str, Any]], *,
+                        tol: float = 1e-4) -> list[str]:
+    """Where two runs' passports differ, beyond float rounding of the behaviour logprobs
+    (`tol` per token) and of each turn's logprob sum (`tol` per generated token): one
+    "trajectory_id: field" per difference, [] when the runs sampled the same rollouts. Two
+    schedules or devices that must draw the same episodes are compared with this."""
+    if len(a) != len(b):
+        return [f"{len(a)} rollouts against {len(b)}"]
+    out = []
+    for x, y in zip(a, b):
+        where = x.get("trajectory_id")
+        for key in sorted(set(x) | set(y)):
+            p, q = x.get(key), y.get(key)
+            if key == "logprobs":
+                same = p is not None and q is not None and len(p) == len(q) and all(
+                    (math.isnan(u) and math.isnan(v)) or abs(u - v) <= tol
+                    for u, v in zip(p, q))
+            elif key == "turns":
+                same = p is not None and q is not None and len(p) == len(q) and all(
+                    _same_turn(s, t, tol) for s, t in zip(p, q))
+            else:
+                same = p == q
+            if not same:
+                out.append(f"{where}: {key}")
+    return out
+
+
+def _same_turn(s: Mapping[str, Any], t: Mapping[str, Any], tol: float) -> bool:
+    s, t = dict(s), dict(t)
+    ls, lt = s.pop("logprob_sum", 0.0), t.pop("logprob_sum", 0.0)
+    return s == t and abs(ls - lt) <= tol * max(1, int(s.get("gen_tokens") or 0))
 
 
 def timing_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -101,6 +101,15 @@ def process(logits: torch.Tensor, params: SamplingParams,
     return process_logits(logits, params.temperature, params.top_k, params.top_p, allowed)
 
 
+def sample_uniforms(seed: int, sample_seed: int, n: int) -> np.ndarray:
+    """The first n draws of one sample's own random stream, keyed by (run seed, sample seed)
+    alone: float32 in [0, 1), the value below 1 where rounding to float32 would reach it.
+    Every token engine's decode (`TorchEngine.generate`, `DecodeStream`) consumes draw t at
+    the sample's token t, so a sample does not depend on the batch or schedule around it."""
+    u = np.random.default_rng([seed % 2**63, int(sample_seed) % 2**63]).random(n)
+    return np.minimum(u.astype(np.float32), np.float32(1 - 2**-24))
+
+
 def sample(logprobs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw, one per row: [B, V] processed logprobs, [B] uniforms in [0, 1) ->
     [B] token ids. One batched op per step; the caller owns the random stream, which is what

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from rlvr.engines.base import Sample, SamplingParams
-from rlvr.engines.sampling import check_params, process, sample
+from rlvr.engines.sampling import check_params, process, sample, sample_uniforms
 from rlvr.engines.torch_engine import TorchEngine, _eval_mode, _FastDecoder
 
 # Slot-buffer lengths start at this many positions and double when a sequence outgrows them.
@@ -80,7 +80,6 @@ class DecodeStream:
         self.dev = self.dec.dev
         self.queue: list[_Sequence] = []
         self._added = 0
-        self._moves: list[tuple[int, int]] = []
         self.live: list[_Sequence] = []            # slot i holds live[i]
         self.pos = torch.zeros(0, dtype=torch.long)   # [n] tokens with KV per slot
         self.logits: torch.Tensor | None = None       # [n, V] next-token logits per slot
@@ -105,8 +104,7 @@ class DecodeStream:
                 or not 1 <= max_new_tokens <= cap:
             raise ValueError(f"max_new_tokens must be an int in 1..{cap} (params.max_new_tokens),"
                              f" got {max_new_tokens!r}")
-        noise = np.random.default_rng([self.seed % 2**63, int(sample_seed) % 2**63]
-                                      ).random(max_new_tokens)
+        noise = sample_uniforms(self.seed, sample_seed, max_new_tokens)
         matcher = self.grammar.start([prompt])[0] if self.grammar is not None else None
         self.queue.append(_Sequence(key=key, prompt=prompt, limit=max_new_tokens,
                                     noise=noise, matcher=matcher))
@@ -121,9 +119,9 @@ class DecodeStream:
             t0 = time.perf_counter()
             tok, lp = self._sample()
             done = self._record(tok, lp)
-            out = self._retire(done)
+            out = self._retire(done, tok)
             if self.live:
-                self.logits = self._forward([tok[i] for i in self._kept_order()])
+                self.logits = self._forward(tok)
             self.stats["decode_seconds"] += time.perf_counter() - t0
             return out
 
@@ -210,7 +208,7 @@ class DecodeStream:
             masks = masks.to(self.dev)
         lp = process(self.logits, self.params, masks)
         u = torch.tensor([s.noise[len(s.tokens)] for s in self.live], dtype=torch.float32,
-                         device=self.dev).clamp_(max=1 - 2**-24)
+                         device=self.dev)
         tok = sample(lp, u)
         chosen = lp.gather(1, tok[:, None]).squeeze(1)
         self.stats["decode_steps"] += 1
@@ -230,9 +228,10 @@ class DecodeStream:
                 done.append(i)
         return done
 
-    def _retire(self, done: list[int]) -> list[tuple[Hashable, Sample]]:
+    def _retire(self, done: list[int], tok: list[int]) -> list[tuple[Hashable, Sample]]:
         """Harvest the stopped sequences' KV, free their slots (the last live slot moves into
-        each hole, highest hole first) and return their samples."""
+        each hole, highest hole first; `tok`, the step's token per slot, moves with it) and
+        return their samples."""
         out = []
         if done and self.cache.max_tokens:
             self.cache.begin_call()
@@ -250,7 +249,6 @@ class DecodeStream:
                                       prefill_tokens=s.prefill_tokens)))
             self.stats["samples"] += 1
             self.stats["generated_tokens"] += n
-        self._moves = []
         for i in sorted(done, reverse=True):
             last = len(self.live) - 1
             if i != last:
@@ -258,17 +256,11 @@ class DecodeStream:
                     buf[i] = buf[last]
                 self.live[i] = self.live[last]
                 self.pos[i] = self.pos[last]
-                self._moves.append((i, last))
+                tok[i] = tok[last]
             self.live.pop()
+            tok.pop()
         self.pos = self.pos[:len(self.live)]
         return out
-
-    def _kept_order(self) -> list[int]:
-        """For each slot after `_retire`, the slot it held before (to route its token)."""
-        order = list(range(len(self.live) + len(self._moves)))
-        for hole, last in self._moves:  # replay the moves
-            order[hole] = order[last]
-        return order[:len(self.live)]
 
     def _forward(self, tok: list[int]) -> torch.Tensor:
         """Feed token tok[i] to slot i at position pos[i]; logits [n, V] for the next step."""

@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
 from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.model_dir import Policy, load_policy
-from rlvr.engines.sampling import check_params, process, sample
+from rlvr.engines.sampling import check_params, process, sample, sample_uniforms
 from rlvr.train.logprobs import sequence_logprobs
 
 FAST_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -244,9 +244,9 @@ class TorchEngine:
         logits = first_logits.repeat_interleave(G, dim=0)
 
         keys = sample_seeds if sample_seeds is not None else range(B)
-        noise = np.stack([np.random.default_rng([seed % 2**63, int(k) % 2**63]).random(T)
-                          for k in keys] + [np.zeros(T)])
-        noise = torch.from_numpy(noise).to(dev, torch.float32).clamp_(max=1 - 2**-24)
+        noise = np.stack([sample_uniforms(seed, k, T) for k in keys]
+                         + [np.zeros(T, np.float32)])
+        noise = torch.from_numpy(noise).to(dev)
         out_tok = torch.zeros(B + 1, T, dtype=torch.long, device=dev)
         out_lp = torch.zeros(B + 1, T, dtype=torch.float32, device=dev)
         length = torch.full((B + 1,), T, dtype=torch.long, device=dev)
