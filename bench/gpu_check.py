@@ -16,6 +16,9 @@ The JSON is rewritten after every case (a run cut short keeps what it finished).
   model directory by `load_policy` like a real checkpoint: the engine against
   `model.generate` (same prompts × G, same new tokens, alternating, best of `--repeats`),
   and the bf16 behaviour-vs-trainer logprob mismatch at this size.
+* `stream` — continuous batching (`TorchEngine.stream`) against static batches of
+  `generate` on a workload of varied lengths, same seeds (`stream_arms`): tok/s, decode
+  steps and the share of identical samples, on the SFT policy (fp32) and the Qwen shape (bf16).
 * `sft` — `train_sft` of the init policy on the pipeline's SFT data, `--sft-steps` steps, on
   the CPU and on CUDA (fp32, same seed): the two loss curves and seconds per step.
 * `grpo` — `train_grpo` of the SFT policy on CUDA, `--grpo-steps` steps of the pipeline's
@@ -109,7 +112,9 @@ def engine_case(args) -> dict:
     return out
 
 
-def qwen_shape_case(args) -> dict:
+def qwen_shape_engine(args) -> tuple[TorchEngine, dict]:
+    """The seeded random model of Qwen2.5-Coder-0.5B's shape, saved as a model directory
+    (the pipeline's tokenizer beside it) and loaded by the engine like a real checkpoint."""
     from transformers import AutoModelForCausalLM, Qwen2Config
     shape = dict(QWEN_05B, **({"num_hidden_layers": 2} if args.quick else {}))
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,7 +127,11 @@ def qwen_shape_case(args) -> dict:
         for f in sft.iterdir():
             if f.name.startswith("tokenizer"):
                 shutil.copy2(f, d / f.name)
-        engine = TorchEngine(d, device=args.device, dtype="bfloat16")
+        return TorchEngine(d, device=args.device, dtype="bfloat16"), shape
+
+
+def qwen_shape_case(args) -> dict:
+    engine, shape = qwen_shape_engine(args)
     model = engine.model
     prompts = [p for p in make_prompts(engine.tokenizer, args.prompts, 3000) for _ in range(args.group)]
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new)
@@ -161,6 +170,70 @@ def qwen_shape_case(args) -> dict:
             "mismatch_bf16": engine_mismatch(engine, prompts, got["engine"], params),
             "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
             if torch.cuda.is_available() else None}
+
+
+def stream_arms(engine: TorchEngine, args) -> dict:
+    """Static batches against the continuous decode on one engine, a workload of varied
+    lengths: prompts × G, each sequence with its own seeded token limit in [new/8, new],
+    `--slots` sequences decoding at once. Static: `generate` on each batch of `--slots`
+    for the batch's longest limit, each sample cut to its own (the cohort schedule). Stream:
+    all sequences queued on one `DecodeStream` bounded to `--slots`, a slot refilled the
+    step its sequence stops. Same per-sample seeds, so both draw the same ids up to logit
+    rounding (batch shapes differ); the prefix cache is cleared before every run."""
+    import random
+    rng = random.Random(0)
+    prompts = [p for p in make_prompts(engine.tokenizer, args.prompts, 3000) for _ in range(args.group)]
+    limits = [rng.randint(max(1, args.new // 8), args.new) for _ in prompts]
+    n, S = len(prompts), args.slots
+    params = SamplingParams(temperature=1.0, max_new_tokens=args.new)
+    got: dict = {}
+    steps: dict = {}
+
+    def static():
+        engine.prefix_cache.clear()
+        out, count = [], 0
+        for i in range(0, n, S):
+            chunk = range(i, min(n, i + S))
+            p = dataclasses.replace(params, max_new_tokens=max(limits[j] for j in chunk))
+            samples = engine.generate([prompts[j] for j in chunk], p, seed=0, sample_seeds=list(chunk))
+            out += [s.token_ids[:limits[j]] for j, s in zip(chunk, samples)]
+            count += engine.last_stats["decode_steps"]
+        sync()
+        got["static"], steps["static"] = out, count
+
+    def continuous():
+        engine.prefix_cache.clear()
+        stream = engine.stream(params, seed=0, max_slots=S)
+        for j in range(n):
+            stream.add(j, prompts[j], sample_seed=j, max_new_tokens=limits[j])
+        out = {}
+        while stream.active:
+            out.update((k, s.token_ids) for k, s in stream.step())
+        sync()
+        got["continuous"], steps["continuous"] = [out[j] for j in range(n)], stream.stats["decode_steps"]
+        stream.close()
+
+    static()  # warm-up (kernels, allocator)
+    seconds = time_best({"static": static, "continuous": continuous}, args.repeats)
+    tokens = sum(limits)
+    same = sum(a == b for a, b in zip(got["static"], got["continuous"]))
+    return {"sequences": n, "slots": S, "limits_min_mean_max": [min(limits), round(tokens / n, 1), max(limits)],
+            "prompt_tokens_mean": round(sum(map(len, prompts)) / n, 1),
+            "tokens": tokens, "tokens_per_s": {k: round(tokens / v, 1) for k, v in seconds.items()},
+            "ratio_continuous_over_static": round(seconds["static"] / seconds["continuous"], 2),
+            "decode_steps": steps, "same_ids": f"{same}/{n}"}
+
+
+def stream_case(args) -> dict:
+    """`stream_arms` on the pipeline's SFT policy (CUDA fp32: ids must agree but for
+    rounding) and on the Qwen-shaped model (bf16: the speed that matters)."""
+    out = {"sft_fp32": stream_arms(TorchEngine(args.root / "models/policy-sft", device=args.device), args)}
+    engine, shape = qwen_shape_engine(args)
+    out["qwen_shape_bf16"] = stream_arms(engine, args)
+    out["qwen_shape_bf16"]["layers"] = shape["num_hidden_layers"]
+    if torch.cuda.is_available():
+        out["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    return out
 
 
 def sft_case(args) -> dict:
@@ -214,7 +287,7 @@ def grpo_case(args) -> dict:
 
 
 CASES = {"env": env_case, "engine": engine_case, "qwen_shape": qwen_shape_case,
-         "sft": sft_case, "grpo": grpo_case}
+         "stream": stream_case, "sft": sft_case, "grpo": grpo_case}
 
 
 def main() -> None:
@@ -227,6 +300,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=32, help="stream case: sequences decoding at once")
     ap.add_argument("--sft-steps", type=int, default=40)
     ap.add_argument("--grpo-steps", type=int, default=2)
     ap.add_argument("--dtype", default="float32", help="grpo case: trainer and sampler dtype")
