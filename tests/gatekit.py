@@ -33,6 +33,7 @@ def rows(name: str, solved: Mapping[str, Callable[[int], int]] | None = None, *,
                     "success": None if bad else i < c, "infra_error": bad,
                     "verdict_reason": "infra_error" if bad else
                     ("none" if i < c else "tests_failed"),
+                    "safety_flags": [],
                     "stop_reason": "infra_error" if bad else "submitted",
                     "n_turns": 4, "n_invalid_actions": invalid(tier, t, i),
                     "n_trainable_tokens": tokens, "n_tokens": 4 * tokens,

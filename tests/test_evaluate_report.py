@@ -91,6 +91,14 @@ def test_infra_errors_have_no_outcome_and_never_count_as_failures():
     assert r["success"] is None and r["infra_error"]
 
 
+def test_eval_rows_carry_the_enclaves_safety_flags_of_their_verdicts():
+    rows = eval_rows([_passport("a", 0, 0.0), _passport("a", 1, 1.0)], "ckpt", {"a": "train"},
+                     safety_flags={"a@s0#0": ["tamper_conftest", "resource_limit_hit"],
+                                   "a@s0#1": []})
+    assert [r["safety_flags"] for r in rows] == [["resource_limit_hit", "tamper_conftest"], []]
+    assert eval_rows([_passport("a", 0, 0.0)], "ckpt", {"a": "train"})[0]["safety_flags"] == []
+
+
 def test_an_episode_that_never_submitted_is_a_failure_decided_at_rollout_time():
     row = dict(_passport("a", 0, 0.0), stop_reason="max_turns", verdict_reason=None)
     (r,) = eval_rows([row], "ckpt", {"a": "train"})

@@ -73,7 +73,7 @@ def test_two_checkpoints_of_the_tiny_policy_are_evaluated_paired(tmp_path, bwrap
 
 class InfraOnOddItems:
     """A real enclave whose verdicts at odd positions of every batch are replaced by a
-    verifier infra error (what a crashed enclave worker reports)."""
+    verifier infra error flagged `server_unresponsive` (what a hung enclave worker reports)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -83,7 +83,8 @@ class InfraOnOddItems:
 
         items = list(items)
         out = self.inner.verify_many(items, seed=seed, progress=progress)
-        return [Verdict(v.task_id, False, "infra_error", 0, v.verifier_version, 0.0, {}, [])
+        return [Verdict(v.task_id, False, "infra_error", 0, v.verifier_version, 0.0, {},
+                        ["server_unresponsive"])
                 if i % 2 else v for i, v in enumerate(out)]
 
 
@@ -110,6 +111,10 @@ def test_a_verifier_infra_error_is_excluded_not_a_failure(tmp_path, bwrap_sandbo
     # 0 (the hidden tests run and reject it) and is an infra error on sample 1.
     assert [by[("shop-price", i)]["success"] for i in (0, 1)] == [False, None]
     assert by[("shop-price", 0)]["verdict_reason"] == "tests_failed"
+    # the enclave's safety flags reach the eval rows of their episodes (the gate reports them)
+    assert {k: r["safety_flags"] for k, r in by.items()} == {
+        ("mini-count", 0): [], ("mini-count", 1): ["server_unresponsive"],
+        ("shop-price", 0): [], ("shop-price", 1): ["server_unresponsive"]}
     train = summarize([r for r in rows if r["tier"] == "train"])
     assert (train["graded"], train["infra_errors"], train["pass_at_1"]) == (1, 1, 1.0)
     both = summarize(rows)

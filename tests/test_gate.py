@@ -30,6 +30,27 @@ def _signal(result, name):
 
 
 # ---- promote / block / inconclusive ------------------------------------------------------
+def test_the_enclaves_safety_flags_are_counted_per_side_and_tier_and_reported():
+    from rlvr.gate.report import render_markdown
+    cand = gk.rows("cand")
+    for r in cand[:3]:
+        r["safety_flags"] = ["tamper_conftest"]
+    cand[0]["safety_flags"] = ["resource_limit_hit", "tamper_conftest"]
+    gate = run_gate(cand, _champ(), gk.params()).as_json()
+    tier = cand[0]["tier"]
+    assert gate["safety_flags"]["candidate"][tier] == {
+        "episodes": 320, "flagged": 3, "flags": {"resource_limit_hit": 1, "tamper_conftest": 3}}
+    assert {s["flagged"] for t, s in gate["safety_flags"]["candidate"].items() if t != tier} \
+        == {0}
+    assert {s["flagged"] for s in gate["safety_flags"]["champion"].values()} == {0}
+    md = render_markdown(gate)
+    assert f"| cand (candidate) | {tier} | 3 / 320 | `resource_limit_hit` 1, `tamper_conftest` 3 |" \
+        in md
+    clean = render_markdown(run_gate(gk.rows("cand"), _champ(), gk.params()).as_json())
+    assert "No verdict of either checkpoint carried a safety flag." in clean
+
+
+
 def test_a_better_candidate_with_enough_evidence_is_promoted():
     cand = gk.rows("cand", {"heldout_function": gk.better_on_target})
     result = run_gate(cand, _champ(), gk.params())

@@ -1,8 +1,8 @@
 """Evaluation rows and the report made of them (SPEC §8).
 
-* `eval_rows(passports, checkpoint, tiers, run="")` — scored rollout passports (rows of
-  `schemas.TRAJECTORIES` after `apply_verdict`) -> `schemas.EVAL` rows, each with the
-  episode's timings beside it (`schemas.EVAL_TIMING_COLUMNS`, from in-memory passports);
+* `eval_rows(passports, checkpoint, tiers, run="", safety_flags=None)` — scored rollout
+  passports (rows of `schemas.TRAJECTORIES` after `apply_verdict`) and the enclave's flags
+  on their verdicts -> `schemas.EVAL` rows, each with the episode's timings beside it (`schemas.EVAL_TIMING_COLUMNS`, from in-memory passports);
   `write_eval(path, rows, timings_path=...)` / `read_eval(path)` — `eval.parquet` through
   its contract, the timings in a sidecar (`schemas.EVAL_TIMINGS`, `read_eval_timings`) so
   the same evaluation gives the same `eval.parquet` bytes;
@@ -63,10 +63,15 @@ def _outcome(row: Mapping[str, Any]) -> bool | None:
 
 
 def eval_rows(passports: Iterable[Mapping[str, Any]], checkpoint: str,
-              tiers: Mapping[str, str], run: str = "") -> list[dict]:
-    """`schemas.EVAL` rows of scored passports; `tiers`: task_id -> tier (`sets.tier_of`).
-    Each row also carries the episode's timings (`schemas.EVAL_TIMING_COLUMNS`) when the
-    passport has them (`roll_out`'s rows do; a passport read from disk does not: None)."""
+              tiers: Mapping[str, str], run: str = "",
+              safety_flags: Mapping[str, Sequence[str]] | None = None) -> list[dict]:
+    """`schemas.EVAL` rows of scored passports; `tiers`: task_id -> tier (`sets.tier_of`);
+    `safety_flags`: trajectory_id -> the enclave's flags on its verdict (the verdicts'
+    `safety_flags`, keyed by candidate_id), so the gate can report them beside capability
+    (SPEC §8). Each row also carries the episode's timings (`schemas.EVAL_TIMING_COLUMNS`)
+    when the passport has them (`roll_out`'s rows do; a passport read from disk does not:
+    None)."""
+    flags = safety_flags or {}
     out = []
     for r in passports:
         success = _outcome(r)
@@ -82,7 +87,9 @@ def eval_rows(passports: Iterable[Mapping[str, Any]], checkpoint: str,
             "checkpoint": checkpoint, "run": run, "tier": tiers[r["task_id"]],
             "family": r["family"], "task_id": r["task_id"], "sample_index": r["sample_index"],
             "seed": r["reset_seed"], "success": success, "infra_error": success is None,
-            "verdict_reason": reason, "stop_reason": r["stop_reason"],
+            "verdict_reason": reason,
+            "safety_flags": sorted(flags.get(r["trajectory_id"], ())),
+            "stop_reason": r["stop_reason"],
             "n_turns": r["n_turns"], "n_invalid_actions": invalid_turns(r),
             "n_trainable_tokens": r["n_trainable_tokens"], "n_tokens": r["n_tokens"],
             "trajectory_id": r["trajectory_id"],

@@ -69,7 +69,8 @@ def evaluate_checkpoint(model_dir: Path | str, sets: Sequence[EvalSet], params: 
     if stats is not None:
         stats.update(spent)
         stats["verified_patches"] = len(patches)
-    return eval_rows(scored, checkpoint, tier_of(sets), run=run)
+    return eval_rows(scored, checkpoint, tier_of(sets), run=run,
+                     safety_flags={v["candidate_id"]: v["safety_flags"] for v in verdicts})
 
 
 def evaluate_checkpoints(checkpoints: Mapping[str, Path | str], sets: Sequence[EvalSet],

@@ -15,10 +15,10 @@ from typing import Any, Mapping, Sequence
 from rlvr.config import as_dict
 from rlvr.gate.inputs import (TrainingMetrics, check_comparable, policy_steps, policy_versions)
 from rlvr.gate.params import GateParams
-from rlvr.gate.reliability import SAFETY_NOTE, changes, reliability
+from rlvr.gate.reliability import changes, reliability, safety
 from rlvr.gate.rules import Rule, TierComparison, apply_rules
 
-GATE_VERSION = "rlvr.gate/1"
+GATE_VERSION = "rlvr.gate/2"  # 2: safety_flags counted per side and tier (was a note)
 
 
 def clean(x: Any) -> Any:
@@ -55,6 +55,7 @@ class GateResult:
     champion: Side
     params: GateParams
     reliability: dict[str, Any]
+    safety: dict[str, Any]             # role -> tier -> the enclave's safety flags (reliability.safety)
     changes: dict[str, Any]
     training_source: str | None
     training_keys: tuple[str, ...] = ()
@@ -98,7 +99,7 @@ class GateResult:
             "champion": asdict(self.champion),
             "tiers": {t: asdict(c) for t, c in self.comparisons.items()},
             "reliability": self.reliability,
-            "safety_flags": SAFETY_NOTE,
+            "safety_flags": self.safety,
             "changes": self.changes,
             "training_metrics": {"source": self.training_source,
                                  "curves": list(self.training_keys)},
@@ -137,6 +138,7 @@ def run_gate(candidate_rows: Sequence[Mapping[str, Any]],
         champion=champ, params=params,
         reliability={"candidate": reliability(candidate_rows, level=params.level),
                      "champion": reliability(champion_rows, level=params.level)},
+        safety={"candidate": safety(candidate_rows), "champion": safety(champion_rows)},
         changes=changes(cmps, candidate_rows, champion_rows, level=params.level),
         training_source=training.source if training else None,
         training_keys=tuple(training.keys()) if training else ())

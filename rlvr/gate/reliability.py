@@ -1,5 +1,6 @@
 """Beside capability (SPEC §8): reliability over repeats, turns and tool calls, cost, infra
-errors and safety flags per side and tier, and the "what improved / what got worse" table.
+errors and the enclave's safety flags per side and tier, and the "what improved / what got
+worse" table.
 
 Everything here is a function of the eval rows, except `cost`, which reads the evaluation's
 timings sidecar (seconds vary run to run, so they go to metrics and the report, never to
@@ -13,13 +14,26 @@ from rlvr.artifacts.schemas import EVAL_TIERS
 from rlvr.evaluate.report import summarize
 from rlvr.gate.rules import TierComparison
 
-# The eval rows (schemas.EVAL) carry no enclave safety flags; say so instead of a zero.
-SAFETY_NOTE = ("not recorded: eval.parquet (schemas.EVAL) carries no enclave safety flags; "
-               "they are in the verdicts of the evaluation run")
-
-
 def _tiers(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return [t for t in EVAL_TIERS if any(r["tier"] == t for r in rows)]
+
+
+def safety(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per tier: episodes whose verdict carried an enclave safety flag (tampering, a resource
+    limit, an unresponsive runner, ...) and how often each flag was raised. Reported, not a
+    rule: a run that tampers already fails its verdict (`Enclave.judge`), so capability
+    counts it; here the reader sees what the policy tried."""
+    out: dict[str, Any] = {}
+    for tier in _tiers(rows):
+        group = [r for r in rows if r["tier"] == tier]
+        counts: dict[str, int] = {}
+        for r in group:
+            for f in r.get("safety_flags") or ():
+                counts[f] = counts.get(f, 0) + 1
+        out[tier] = {"episodes": len(group),
+                     "flagged": sum(bool(r.get("safety_flags")) for r in group),
+                     "flags": dict(sorted(counts.items()))}
+    return out
 
 
 def reliability(rows: Sequence[Mapping[str, Any]], *, level: float) -> dict[str, Any]:
