@@ -64,13 +64,11 @@ import warnings
 PROTOCOL = 1
 WORK = "/work"
 SCRATCH = ("/tmp", "/dev/shm")
-# Imported by every run child (pytest's lazy imports after `import pytest`, measured on pytest
-# 9, and ctypes for `_become`): paid here once.
+# Imported by every run child, paid here once: pytest's lazy imports after `import pytest`
+# (measured on pytest 9), and ctypes, which `_become` needs in every run child for capset(2)
+# (its import there cost 1.6-2.7 ms of a ~40 ms run, bench/tools.py).
 LAZY_MODULES = ("pdb", "unittest", "xml.etree.ElementTree", "difflib", "faulthandler", "code",
-                "codeop", "cmd", "readline",
-                # not pytest's: `_become` needs it in every run child (capset(2)), and its
-                # import there cost 1.6-2.7 ms of a ~40 ms run (bench/tools.py)
-                "ctypes")
+                "codeop", "cmd", "readline", "ctypes")
 
 
 def _preimport() -> None:
@@ -668,7 +666,7 @@ def _become(uid: int) -> None:
     at setresuid; from a non-zero supervisor uid (`supervisor_as_uid`) it keeps them, and
     a child holding CAP_SETUID could become its server's uid. So the sets are emptied with
     capset(2) and read back; a child that still holds one never runs."""
-    import ctypes  # pre-imported by the server (LAZY_MODULES): a dict lookup here
+    import ctypes  # LAZY_MODULES
 
     os.setgroups([])
     os.setresgid(uid, uid, uid)
