@@ -86,7 +86,7 @@ def run_synthesis(seeds: Path, params: StageParams, known: dict[str, str] | None
         bars[stage].update(n)
 
     limits = params.sandbox.limits.to_limits()
-    limits = limits.replace(wall_seconds=min(limits.wall_seconds, params.synth.suite_timeout_s))
+    limits = limits.cpu_budget(min(limits.cpu_seconds, params.synth.suite_timeout_s))
     with Enclave(backend=params.sandbox.backend, limits=limits, workers=params.sandbox.workers,
                  consensus_runs=params.synth.consensus_runs) as enclave:
         try:

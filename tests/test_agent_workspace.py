@@ -193,7 +193,7 @@ def test_run_tests_budget_is_cpu_time(ws, bwrap_sandbox):
     """A suite that waits past the budget without computing still runs (the budget is CPU
     time, so a slow suite on a loaded machine is not cut); one that waits past
     WAIT_FACTOR x the budget is."""
-    from rlvr.agent.executor import WAIT_FACTOR
+    from rlvr.sandbox.base import WAIT_FACTOR
     init = ws.repo / "mini" / "__init__.py"
     original = init.read_text()
     init.write_text("import time\ntime.sleep(1.5)\n" + original)

@@ -125,6 +125,19 @@ def test_cpu_limit(sb):
     assert r.wall_seconds < 15
 
 
+def test_cpu_budget_cuts_a_busy_loop_and_lets_a_run_that_waits_finish(sb):
+    """`Limits.cpu_budget(s)`: s CPU seconds decide (SIGXCPU), wall time is WAIT_FACTOR x s."""
+    import signal
+
+    from rlvr.sandbox.base import WAIT_FACTOR
+    budget = FAST.cpu_budget(1)
+    assert (budget.cpu_seconds, budget.wall_seconds) == (1, WAIT_FACTOR * 1.0)
+    r = py(sb, "import time; time.sleep(1.5); print('done')", limits=budget)
+    assert r.ok and r.stdout.strip() == "done"
+    r = py(sb, "while True: pass", limits=budget)
+    assert not r.timed_out and r.signal == signal.SIGXCPU
+
+
 def test_file_size_limit(sb):
     r = py(sb, """
         import signal

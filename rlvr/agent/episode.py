@@ -59,7 +59,7 @@ class Budgets:
     max_new_tokens_per_turn: int = 256
     max_new_tokens_per_episode: int = 1536
     max_context_tokens: int = 4096
-    tool_timeout_s: float = 20.0  # CPU seconds per run_tests (executor.WAIT_FACTOR: wall)
+    tool_timeout_s: float = 20.0  # CPU seconds per run_tests (sandbox.base.WAIT_FACTOR x: wall)
     observation_cap: int = 2000
     max_invalid_actions: int = 3
 

@@ -18,7 +18,6 @@ A sandbox that fails to run at all is an `infra_error` result, never a task fail
 from __future__ import annotations
 
 import logging
-import math
 import re
 import signal
 import time
@@ -139,14 +138,6 @@ def fix_line(text: str, line: int, fix: str, nth: int) -> tuple[str, str]:
     return "\n".join(lines), ""
 
 
-# The tool's budget is CPU time: a suite's CPU time does not grow with the load beside it,
-# its wall time does. Measured on this 2-core box: the slowest seed-pool state (an
-# `inflection` mutant whose suite compiles a regex per call) used 7.0 s of CPU alone and
-# with two copies beside it, while its wall time went from 7.6 s to 11.2 s, past the 10 s
-# budget. Under a wall budget such a state passed or failed with the load, so the pipeline's
-# tasks and teacher rollouts did too. A busy loop is stopped at the budget (SIGXCPU);
-# a process that waits instead of computing is stopped at WAIT_FACTOR x the budget.
-WAIT_FACTOR = 3
 
 
 class ToolExecutor:
@@ -156,9 +147,9 @@ class ToolExecutor:
         self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.observation_cap = observation_cap
-        # CPU time is the budget, wall time the backstop (WAIT_FACTOR)
-        self.limits = limits.replace(wall_seconds=WAIT_FACTOR * float(timeout_s),
-                                     cpu_seconds=math.ceil(timeout_s))
+        # the budget is CPU time, so a slow suite fits whatever runs beside it; a busy loop
+        # is cut at the budget (SIGXCPU), a process that waits at sandbox.base.WAIT_FACTOR x it
+        self.limits = limits.cpu_budget(timeout_s)
         # `warm`: run_tests through one sandboxed pytest fork-server for this workspace
         # (rlvr.agent.warm_tests), same observation as the cold path; the cold path stays
         # the fallback (no privilege separation, a server that cannot start, a shadowed

@@ -10,6 +10,7 @@ process tree, and capped output. Nothing else of the host file system is visible
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, Sequence, runtime_checkable
@@ -31,6 +32,15 @@ UID_LOW, UID_HIGH = 1 << 20, 1 << 30
 UIDS_PER_SUPERVISOR = 1 << 12
 
 
+# A run's budget is CPU time; wall time only stops a run that waits instead of computing, at
+# WAIT_FACTOR x the budget (`Limits.cpu_budget`). CPU time does not grow with the load beside
+# a run, wall time does. Measured on a 2-core box: the slowest seed-pool suite (an
+# `inflection` mutant that compiles a regex per call) used 7.0 s of CPU alone and beside two
+# copies of itself, while its wall time went from 7.6 s to 11.2 s. Under a 10 s wall budget
+# it passed or timed out with the load, and so did the tasks and rollouts built on it.
+WAIT_FACTOR = 3
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one sandboxed process tree (params: `sandbox.limits`)."""
@@ -44,6 +54,12 @@ class Limits:
 
     def replace(self, **changes) -> "Limits":
         return dataclasses.replace(self, **changes)
+
+    def cpu_budget(self, seconds: float) -> "Limits":
+        """These limits with `seconds` of CPU as the budget (SIGXCPU: the run timed out)
+        and WAIT_FACTOR x `seconds` of wall time for a run that waits."""
+        return self.replace(cpu_seconds=math.ceil(seconds),
+                            wall_seconds=WAIT_FACTOR * float(seconds))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ from rlvr.sandbox.base import Limits
 
 @dataclass(frozen=True)
 class LimitParams:
-    wall_seconds: float = 20.0
+    # the budget is CPU time (rlvr.sandbox.base.WAIT_FACTOR: why); wall time stops a run
+    # that waits, at WAIT_FACTOR x the budget
+    wall_seconds: float = 60.0
     cpu_seconds: int = 20
     memory_mb: int = 1024
     max_processes: int = 64

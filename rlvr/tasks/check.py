@@ -158,7 +158,7 @@ def public_tests_run(task, sandbox, limits) -> PublicRun:
 
     ws = Workspace.create(task)
     try:
-        with ToolExecutor(ws, sandbox, timeout_s=limits.wall_seconds, observation_cap=0,
+        with ToolExecutor(ws, sandbox, timeout_s=limits.cpu_seconds, observation_cap=0,
                           limits=limits) as executor:
             result = executor.execute(ToolCall("run_tests", {}))
     finally:
@@ -167,7 +167,7 @@ def public_tests_run(task, sandbox, limits) -> PublicRun:
         return PublicRun(False, None, f"the sandbox failed: {result.detail}",
                          result.detail)
     if result.status == "timeout":
-        return PublicRun(False, None, f"timed out after {limits.wall_seconds:g}s",
+        return PublicRun(False, None, f"timed out after {limits.cpu_seconds:g}s",
                          _last_line(result.observation))
     match = _PYTEST_EXIT.search(result.observation)
     code = int(match.group(1)) if match else None

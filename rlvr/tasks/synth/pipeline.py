@@ -77,8 +77,9 @@ class SynthParams:
     public: PublicParams = field(default_factory=PublicParams)
     corpus: CorpusParams = field(default_factory=CorpusParams)
     probe_timeout_s: float = 10.0
-    # Wall-clock limit of one suite run: a mutant that loops forever must not cost the
-    # sandbox's general limit each time (the seed suites run in about a second).
+    # CPU-second budget of one suite run (wall: sandbox.base.WAIT_FACTOR x it): a mutant that
+    # loops forever must not cost the sandbox's general limit each time (the seed suites
+    # run in about a second, the slowest state seen in 7 s of CPU).
     suite_timeout_s: float = 10.0
     # Consensus runs of the enclave's `verify` of each reference (curation rule 2). Rule 4
     # already re-runs the fixed state `curate.reference_runs` times with shuffled order, so
