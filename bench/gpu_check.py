@@ -176,7 +176,8 @@ def stream_arms(engine: TorchEngine, args) -> dict:
     """Static batches against the continuous decode on one engine, a workload of varied
     lengths: prompts × G, each sequence with its own seeded token limit in [new/8, new],
     `--slots` sequences decoding at once. Static: `generate` on each batch of `--slots`
-    for the batch's longest limit, each sample cut to its own (the cohort schedule). Stream:
+    for the batch's longest limit, each sample cut to its own (the cohort schedule), with
+    the engine's fast decoder and with its HF-backend loop (`backend="hf"`). Stream:
     all sequences queued on one `DecodeStream` bounded to `--slots`, a slot refilled the
     step its sequence stops. Same per-sample seeds, so both draw the same ids up to logit
     rounding (batch shapes differ); the prefix cache is cleared before every run."""
@@ -189,17 +190,19 @@ def stream_arms(engine: TorchEngine, args) -> dict:
     got: dict = {}
     steps: dict = {}
 
-    def static():
-        engine.prefix_cache.clear()
-        out, count = [], 0
-        for i in range(0, n, S):
-            chunk = range(i, min(n, i + S))
-            p = dataclasses.replace(params, max_new_tokens=max(limits[j] for j in chunk))
-            samples = engine.generate([prompts[j] for j in chunk], p, seed=0, sample_seeds=list(chunk))
-            out += [s.token_ids[:limits[j]] for j, s in zip(chunk, samples)]
-            count += engine.last_stats["decode_steps"]
-        sync()
-        got["static"], steps["static"] = out, count
+    def static(e: TorchEngine, name: str):
+        def run():
+            e.prefix_cache.clear()
+            out, count = [], 0
+            for i in range(0, n, S):
+                chunk = range(i, min(n, i + S))
+                p = dataclasses.replace(params, max_new_tokens=max(limits[j] for j in chunk))
+                samples = e.generate([prompts[j] for j in chunk], p, seed=0, sample_seeds=list(chunk))
+                out += [s.token_ids[:limits[j]] for j, s in zip(chunk, samples)]
+                count += e.last_stats.get("decode_steps", 0)
+            sync()
+            got[name], steps[name] = out, count
+        return run
 
     def continuous():
         engine.prefix_cache.clear()
@@ -213,14 +216,20 @@ def stream_arms(engine: TorchEngine, args) -> dict:
         got["continuous"], steps["continuous"] = [out[j] for j in range(n)], stream.stats["decode_steps"]
         stream.close()
 
-    static()  # warm-up (kernels, allocator)
-    seconds = time_best({"static": static, "continuous": continuous}, args.repeats)
+    hf_loop = TorchEngine.from_model(engine.model, policy_version="bench", backend="hf")
+    arms = {"static": static(engine, "static"), "static_hf_backend": static(hf_loop, "static_hf_backend"),
+            "continuous": continuous}
+    for run in arms.values():  # warm-up (kernels, allocator)
+        run()
+    seconds = time_best(arms, args.repeats)
     tokens = sum(limits)
     same = sum(a == b for a, b in zip(got["static"], got["continuous"]))
     return {"sequences": n, "slots": S, "limits_min_mean_max": [min(limits), round(tokens / n, 1), max(limits)],
             "prompt_tokens_mean": round(sum(map(len, prompts)) / n, 1),
             "tokens": tokens, "tokens_per_s": {k: round(tokens / v, 1) for k, v in seconds.items()},
             "ratio_continuous_over_static": round(seconds["static"] / seconds["continuous"], 2),
+            "ratio_continuous_over_static_hf_backend":
+                round(seconds["static_hf_backend"] / seconds["continuous"], 2),
             "decode_steps": steps, "same_ids": f"{same}/{n}"}
 
 
