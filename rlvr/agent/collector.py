@@ -320,7 +320,8 @@ class Collector:
         """The continuous schedule (module docstring). `waiting` holds (join step, wave
         index, episode); the step count jumps ahead when nothing is decoding."""
         cfg, lag = self.cfg, self.schedule.join_lag_steps
-        stream = self.engine.stream(cfg.sampling(cfg.budgets.max_new_tokens_per_turn), seed=cfg.run_seed, max_slots=self.schedule.max_slots)
+        stream = self.engine.stream(cfg.sampling(cfg.budgets.max_new_tokens_per_turn),
+                                    seed=cfg.run_seed, max_slots=self.schedule.max_slots)
         waiting = [(0, k) for k in range(len(everyone))]
         tools: dict[int, Future] = {}
         turn: dict[int, tuple] = {}  # wave index -> (limit, seed, version, step, joined at)

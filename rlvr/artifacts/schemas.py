@@ -242,7 +242,7 @@ EVAL = pa.schema(
         ("success", pa.bool_()),           # verified success; null = infra error
         ("infra_error", pa.bool_()),
         ("verdict_reason", pa.string()),   # VERDICT_REASONS, or "not_submitted" (no verdict needed)
-        ("safety_flags", pa.list_(pa.string())),  # the enclave's flags on its verdict, sorted ([] without one)
+        ("safety_flags", pa.list_(pa.string())),  # the enclave's flags on its verdict, sorted
         ("stop_reason", pa.string()),
         ("n_turns", pa.int32()),
         ("n_invalid_actions", pa.int32()),  # turns whose action did not parse (passport.invalid_turns)

@@ -2,7 +2,8 @@
 
 * `eval_rows(passports, checkpoint, tiers, run="", safety_flags=None)` — scored rollout
   passports (rows of `schemas.TRAJECTORIES` after `apply_verdict`) and the enclave's flags
-  on their verdicts -> `schemas.EVAL` rows, each with the episode's timings beside it (`schemas.EVAL_TIMING_COLUMNS`, from in-memory passports);
+  on their verdicts -> `schemas.EVAL` rows, each with the episode's timings beside it
+  (`schemas.EVAL_TIMING_COLUMNS`, from in-memory passports);
   `write_eval(path, rows, timings_path=...)` / `read_eval(path)` — `eval.parquet` through
   its contract, the timings in a sidecar (`schemas.EVAL_TIMINGS`, `read_eval_timings`) so
   the same evaluation gives the same `eval.parquet` bytes;

@@ -55,7 +55,7 @@ class GateResult:
     champion: Side
     params: GateParams
     reliability: dict[str, Any]
-    safety: dict[str, Any]             # role -> tier -> the enclave's safety flags (reliability.safety)
+    safety: dict[str, Any]             # role -> tier -> reliability.safety
     changes: dict[str, Any]
     training_source: str | None
     training_keys: tuple[str, ...] = ()
