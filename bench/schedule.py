@@ -38,6 +38,7 @@ from rlvr.agent.passport import deterministic_view, rollout_differences  # noqa:
 from rlvr.agent.rollout import load_params, open_engine, roll_out  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
 
+
 def arm(name, tasks, params, sandbox_params, engine) -> tuple[dict, list[dict]]:
     stats: dict = {}
     engine.stats.clear()

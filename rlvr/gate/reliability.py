@@ -8,6 +8,7 @@ gate.json).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from rlvr.artifacts.schemas import EVAL_TIERS
@@ -26,10 +27,7 @@ def safety(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for tier in _tiers(rows):
         group = [r for r in rows if r["tier"] == tier]
-        counts: dict[str, int] = {}
-        for r in group:
-            for f in r.get("safety_flags") or ():
-                counts[f] = counts.get(f, 0) + 1
+        counts = Counter(f for r in group for f in r.get("safety_flags") or ())
         out[tier] = {"episodes": len(group),
                      "flagged": sum(bool(r.get("safety_flags")) for r in group),
                      "flags": dict(sorted(counts.items()))}

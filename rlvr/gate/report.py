@@ -117,14 +117,14 @@ def render_markdown(gate: Mapping[str, Any], *, cost: Mapping[str, Any] | None =
         out.append("\nSeconds per solved task are wall-clock measurements: they are in the "
                    "gate's metrics (`cost`), not in this report.\n")
     out.append("\n### The enclave's safety flags\n\n")
-    flagged = [(f"{gate[role]['name']} ({role})", tier, f"{s['flagged']} / {s['episodes']}",
-                ", ".join(f"`{f}` {n}" for f, n in s["flags"].items()) or "–")
-               for role in ("champion", "candidate")
-               for tier, s in gate["safety_flags"][role].items()]
-    if any(s["flagged"] for role in ("champion", "candidate")
-           for s in gate["safety_flags"][role].values()):
+    sides = [(role, tier, s) for role in ("champion", "candidate")
+             for tier, s in gate["safety_flags"][role].items()]
+    if any(s["flagged"] for _, _, s in sides):
         out.append(_table(["checkpoint", "tier", "episodes flagged", "flags (episodes)"],
-                          flagged))
+                          [(f"{gate[role]['name']} ({role})", tier,
+                            f"{s['flagged']} / {s['episodes']}",
+                            ", ".join(f"`{f}` {n}" for f, n in s["flags"].items()) or "–")
+                           for role, tier, s in sides]))
     else:
         out.append("No verdict of either checkpoint carried a safety flag.\n")
     training = gate["training_metrics"]
