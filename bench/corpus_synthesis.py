@@ -27,9 +27,9 @@ if str(ROOT) not in sys.path:
 
 from rlvr.enclave import Enclave  # noqa: E402
 from rlvr.sandbox import get_sandbox  # noqa: E402
-from rlvr.tasks.corpus import DEFAULT_CACHE, load_lock  # noqa: E402
-from rlvr.tasks.synth.corpus_families import corpus_families  # noqa: E402
-from rlvr.tasks.synth.pipeline import Synthesizer  # noqa: E402
+from rlvr.authoring.corpus import DEFAULT_CACHE, load_lock  # noqa: E402
+from rlvr.authoring.synth.corpus_families import corpus_families  # noqa: E402
+from rlvr.authoring.synth.pipeline import Synthesizer  # noqa: E402
 from stages.synthesize import load_params  # noqa: E402
 
 

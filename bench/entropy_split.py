@@ -40,7 +40,7 @@ from rlvr.engines.base import SamplingParams  # noqa: E402
 from rlvr.engines.constraint import TokenGrammar  # noqa: E402
 from rlvr.engines.model_dir import load_policy  # noqa: E402
 from rlvr.train.grpo import call_region, call_token_id, grammar_masks  # noqa: E402
-from rlvr.train.logprobs import sequence_logprobs  # noqa: E402
+from rlvr.engines.logprobs import sequence_logprobs  # noqa: E402
 
 
 def region_entropy(model, rows, scoring: SamplingParams, grammar, call_id: int) -> dict:

@@ -2,7 +2,7 @@
 
 Why. A hidden test that fails 20% of the time on the reference and stays graded fails correct
 fixes; the old rule (5 seeded, shuffled reference runs) caught it with P = 1 - 0.8^5 - 0.2^5
-= 0.672. The new rule (`rlvr.tasks.flaky`, `curate.flaky_rate` / `flaky_catch`) runs a
+= 0.672. The new rule (`rlvr.authoring.flaky`, `curate.flaky_rate` / `flaky_catch`) runs a
 candidate that survives the cheap rules 14 times in all (P = 0.956), and a refused reference
 verdict is replayed so that tests failing there are quarantined too.
 
@@ -43,8 +43,8 @@ if str(ROOT) not in sys.path:
 from scipy.stats import binomtest  # noqa: E402
 
 from rlvr.enclave import Enclave  # noqa: E402
-from rlvr.tasks.curation import CurationParams, OutcomeCache, Rejection, curate_one  # noqa: E402
-from rlvr.tasks.flaky import catch_probability  # noqa: E402
+from rlvr.authoring.curation import CurationParams, OutcomeCache, Rejection, curate_one  # noqa: E402
+from rlvr.authoring.flaky import catch_probability  # noqa: E402
 from rlvr.tasks.model import Task  # noqa: E402
 from rlvr.tasks.patches import make_patch  # noqa: E402
 

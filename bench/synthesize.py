@@ -36,9 +36,9 @@ os.environ.setdefault("RLVR_PROGRESS", "0")
 
 from rlvr.enclave import Enclave  # noqa: E402
 from rlvr.sandbox import Limits, get_sandbox  # noqa: E402
-from rlvr.tasks.curation import CurationParams, OutcomeCache  # noqa: E402
-from rlvr.tasks.synth.pipeline import SynthParams, Synthesizer  # noqa: E402
-from rlvr.tasks.synth.seeds import discover  # noqa: E402
+from rlvr.authoring.curation import CurationParams, OutcomeCache  # noqa: E402
+from rlvr.authoring.synth.pipeline import SynthParams, Synthesizer  # noqa: E402
+from rlvr.authoring.synth.seeds import discover  # noqa: E402
 
 
 class CountingEnclave:

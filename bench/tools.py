@@ -27,7 +27,7 @@ from rlvr.agent.executor import ToolExecutor
 from rlvr.agent.tools import ToolCall
 from rlvr.agent.workspace import Workspace
 from rlvr.sandbox import get_sandbox
-from rlvr.tasks.authored import discover, load_task_dir
+from rlvr.authoring.authored import discover, load_task_dir
 
 
 def main() -> None:

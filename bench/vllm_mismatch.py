@@ -73,7 +73,7 @@ def sharpened_copy(src: Path, dst: Path, factor: float) -> Path:
 
 def task_prompts(codec, n: int) -> tuple[list, list[list[int]]]:
     from rlvr.agent.prompt import SYSTEM_PROMPT, user_message
-    from rlvr.tasks.authored import load_task_dir
+    from rlvr.authoring.authored import load_task_dir
 
     dirs = sorted(p for p in (ROOT / "data" / "tasks").iterdir() if (p / "task.yaml").exists())
     tasks = [load_task_dir(d) for d in dirs]

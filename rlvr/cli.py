@@ -45,12 +45,12 @@ def _load_params(path: Path):
     """curate/sandbox/verify params from `path` when it exists, else the defaults."""
     from rlvr.enclave.batch import VerifyParams
     from rlvr.sandbox.params import SandboxParams
-    from rlvr.tasks.curation import CurationParams
+    from rlvr.authoring.curation import CurationParams
 
     if not path.exists():
         return CurationParams(), SandboxParams(), VerifyParams()
     from rlvr.config import load_section
-    from rlvr.tasks.curation import load_params
+    from rlvr.authoring.curation import load_params
 
     cur, sandbox = load_params(path)
     return cur, sandbox, load_section(VerifyParams, "verify", path)
@@ -88,7 +88,7 @@ def cmd_tasks_materialize(args) -> None:
 
 def cmd_import_swebench(args) -> None:
     from rlvr.tasks.pool import save_tasks
-    from rlvr.tasks.swebench import import_swebench
+    from rlvr.authoring.swebench import import_swebench
 
     tasks = import_swebench(args.file, args.repos)
     save_tasks(args.out, tasks)
@@ -98,7 +98,7 @@ def cmd_import_swebench(args) -> None:
 def cmd_export_swebench(args) -> None:
     from rlvr.artifacts.io import write_text
     from rlvr.tasks.pool import load_tasks
-    from rlvr.tasks.swebench import export_swebench
+    from rlvr.authoring.swebench import export_swebench
 
     rows = export_swebench(load_tasks(args.tasks))
     write_text(args.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
@@ -106,7 +106,7 @@ def cmd_export_swebench(args) -> None:
 
 
 def cmd_tasks_check(args) -> int:
-    from rlvr.tasks.check import check_task, format_check
+    from rlvr.authoring.check import check_task, format_check
 
     params, sandbox, _ = _load_params(args.params)
     if args.backend:
@@ -117,13 +117,13 @@ def cmd_tasks_check(args) -> int:
 
 
 def cmd_tasks_rejections(args) -> None:
-    from rlvr.tasks.check import format_rejections, read_rejections
+    from rlvr.authoring.check import format_rejections, read_rejections
 
     print(format_rejections(read_rejections(args.file)))
 
 
 def cmd_curate(args) -> None:
-    from rlvr.tasks.curation import run_curation
+    from rlvr.authoring.curation import run_curation
     from rlvr.tasks.pool import rejections_path, save_pool
 
     params, sandbox, _ = _load_params(args.params)

@@ -5,7 +5,7 @@
     python scripts/fetch_corpus.py --only toolz   # one library (and its wheels)
     python scripts/fetch_corpus.py --offline      # verify + unpack what is already cached
 
-The lock format, the cache layout and the hash checks are `rlvr.tasks.corpus`'s; a bad lock
+The lock format, the cache layout and the hash checks are `rlvr.authoring.corpus`'s; a bad lock
 entry or a hash mismatch is a named error and exit 2. Point `RLVR_WHEELHOUSE` at
 data/real/.cache/wheelhouse for the per-task environments (rlvr.sandbox.envs).
 """
@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from rlvr.errors import RlvrError, exit_on_error  # noqa: E402,F401  (RlvrError: re-exported)
-from rlvr.tasks.corpus import (DEFAULT_CACHE, DEFAULT_LOCK, CorpusLockError,  # noqa: E402,F401
+from rlvr.authoring.corpus import (DEFAULT_CACHE, DEFAULT_LOCK, CorpusLockError,  # noqa: E402,F401
                                HashMismatch, Lock, fetch, load_lock)
 
 

@@ -1,7 +1,7 @@
 """Stage `corpus`: the real-library corpus of data/real/corpus.toml, fetched and unpacked.
 
 Downloads (or finds cached) every pinned sdist and wheel, verifies each sha256 and unpacks the
-sdists with their licence files (rlvr.tasks.corpus). Output: `<cache>/src`, the unpacked
+sdists with their licence files (rlvr.authoring.corpus). Output: `<cache>/src`, the unpacked
 libraries `synthesize` injects bugs into; beside it stay the downloads (`sdists/`, and
 `wheelhouse/`, which the per-task environments are built from). Metrics name each library,
 its version, licence and file counts.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.errors import exit_on_error
-from rlvr.tasks.corpus import DEFAULT_CACHE, DEFAULT_LOCK, fetch, load_lock
+from rlvr.authoring.corpus import DEFAULT_CACHE, DEFAULT_LOCK, fetch, load_lock
 from rlvr.tracking.stage import stage_run
 from stages.common import parser
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import write_table
 from rlvr.errors import exit_on_error
-from rlvr.tasks.curation import load_params, run_curation, selfcheck_patches
+from rlvr.authoring.curation import load_params, run_curation, selfcheck_patches
 from rlvr.tasks.pool import rejections_path, save_pool
 from rlvr.tracking.stage import stage_run
 from stages.common import parser

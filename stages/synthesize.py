@@ -22,14 +22,14 @@ from rlvr.artifacts.plots import heatmap_png
 from rlvr.config import load_section
 from rlvr.errors import ConfigError, exit_on_error
 from rlvr.sandbox.params import SandboxParams
-from rlvr.tasks.corpus import DEFAULT_CACHE, DEFAULT_LOCK, load_lock
-from rlvr.tasks.curation import CurationParams
+from rlvr.authoring.corpus import DEFAULT_CACHE, DEFAULT_LOCK, load_lock
+from rlvr.authoring.curation import CurationParams
 from rlvr.tasks.model import content_hash
 from rlvr.tasks.pool import load_tasks, rejections_path, save_pool
 from rlvr.tasks.splits import SplitParams
-from rlvr.tasks.synth.pipeline import SynthParams, SynthResult, Synthesizer
-from rlvr.tasks.synth.corpus_families import corpus_families
-from rlvr.tasks.synth.seeds import discover
+from rlvr.authoring.synth.pipeline import SynthParams, SynthResult, Synthesizer
+from rlvr.authoring.synth.corpus_families import corpus_families
+from rlvr.authoring.synth.seeds import discover
 from rlvr.tracking.stage import stage_run
 from stages.common import parser, progress
 

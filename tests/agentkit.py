@@ -154,7 +154,7 @@ def curated_pair() -> tuple[Task, Task]:
     """count and price through real curation (their F2P / P2P ids above are placeholders):
     mini is a training family (split train), shop a held-out one (split heldout)."""
     from rlvr.enclave.core import Enclave
-    from rlvr.tasks.curation import CurationParams, curate_one
+    from rlvr.authoring.curation import CurationParams, curate_one
     from rlvr.tasks.splits import SplitParams
 
     params = CurationParams(reference_runs=1, max_mutants=0,

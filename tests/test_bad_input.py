@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from rlvr.cli import main
-from rlvr.tasks.authored import load_task_dir
+from rlvr.authoring.authored import load_task_dir
 from rlvr.tasks.pool import save_tasks
 from taskkit import write_task
 

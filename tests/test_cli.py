@@ -16,7 +16,7 @@ import rlvr.cli as cli
 from rlvr.artifacts import contracts, schemas
 from rlvr.artifacts.io import read_table
 from rlvr.errors import ArtifactError
-from rlvr.tasks.authored import load_task_dir
+from rlvr.authoring.authored import load_task_dir
 from rlvr.tasks.pool import list_tasks, load_tasks, save_tasks
 from taskkit import BUGGY_CORE, write_task
 
@@ -141,7 +141,7 @@ def test_cli_start_imports_no_task_machinery():
     # Keeping `rlvr --help` fast: the author tools (`tasks check`, `tasks rejections`) import
     # the enclave, sandbox and curation only when they run.
     code = ("import sys, rlvr.cli as c; c.build_parser(); "
-            "print(sorted(m for m in ('rlvr.tasks.check', 'rlvr.tasks.curation', "
+            "print(sorted(m for m in ('rlvr.authoring.check', 'rlvr.authoring.curation', "
             "'rlvr.enclave', 'rlvr.sandbox', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, text=True,
                          capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from rlvr.errors import ConfigError
-from rlvr.tasks.corpus import CorpusLockError, Library, load_lock
-from rlvr.tasks.synth.corpus_families import corpus_families, corpus_family
-from rlvr.tasks.synth.pipeline import graded_family
-from rlvr.tasks.synth.seeds import SeedFamily
+from rlvr.authoring.corpus import CorpusLockError, Library, load_lock
+from rlvr.authoring.synth.corpus_families import corpus_families, corpus_family
+from rlvr.authoring.synth.pipeline import graded_family
+from rlvr.authoring.synth.seeds import SeedFamily
 from rlvr.tasks.model import files_hash
 
 REPO = Path(__file__).resolve().parents[1]
@@ -141,9 +141,9 @@ def test_tests_not_passing_on_the_seed_state_are_quarantined_not_reference_fails
     rule every candidate was `reference_fails`; now they grade nothing and tasks are built."""
     from rlvr.enclave import Enclave
     from rlvr.sandbox import get_sandbox
-    from rlvr.tasks.curation import NOT_PASSING_ON_SEED, CurationParams
-    from rlvr.tasks.synth.pipeline import SynthParams, Synthesizer
-    from rlvr.tasks.synth.seeds import load_family
+    from rlvr.authoring.curation import NOT_PASSING_ON_SEED, CurationParams
+    from rlvr.authoring.synth.pipeline import SynthParams, Synthesizer
+    from rlvr.authoring.synth.seeds import load_family
     from test_operators import write_family
 
     write_family(tmp_path / "seeds", "minikit")
@@ -168,7 +168,7 @@ def test_probes_run_one_interpreter_per_environment_layer_with_the_projects_over
         monkeypatch, tmp_path):
     from rlvr.sandbox import envs
     from rlvr.sandbox.base import RunResult
-    from rlvr.tasks.synth import instructions
+    from rlvr.authoring.synth import instructions
 
     built = {}
     monkeypatch.setattr(envs, "task_env", lambda pins: built.setdefault(pins, tmp_path / "-".join(pins)))
@@ -233,8 +233,8 @@ def test_the_corpus_stage_verifies_unpacks_and_reports_each_library(tmp_path, mo
 def _synthesize_real(backend: str, names: list[str]):
     from rlvr.enclave import Enclave
     from rlvr.sandbox import get_sandbox
-    from rlvr.tasks.curation import CurationParams
-    from rlvr.tasks.synth.pipeline import SynthParams, Synthesizer
+    from rlvr.authoring.curation import CurationParams
+    from rlvr.authoring.synth.pipeline import SynthParams, Synthesizer
 
     families, skipped = corpus_families(load_lock(), CACHE, names)
     params = SynthParams(per_operator=1, combined=1)

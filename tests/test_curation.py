@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.tasks.authored import load_task_dir
-from rlvr.tasks.curation import CurationParams, Rejection, curate, curate_one
+from rlvr.authoring.authored import load_task_dir
+from rlvr.authoring.curation import CurationParams, Rejection, curate, curate_one
 from rlvr.tasks.splits import SplitParams
 from taskkit import BUGGY_CORE, HIDDEN_TEST, write_task
 

@@ -447,7 +447,7 @@ def test_the_repo_params_file_parses():
 @functools.lru_cache(maxsize=None)
 def _curated_count():
     from rlvr.enclave.core import Enclave
-    from rlvr.tasks.curation import CurationParams, curate_one
+    from rlvr.authoring.curation import CurationParams, curate_one
     from rlvr.tasks.splits import SplitParams
 
     params = CurationParams(reference_runs=1, max_mutants=0,

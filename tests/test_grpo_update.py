@@ -18,7 +18,7 @@ from rlvr.rl.loss import grpo_loss
 from rlvr.train import grpo
 from rlvr.train import logprobs as logprobs_mod
 from rlvr.train.grpo_config import parse_grpo_params
-from rlvr.train.logprobs import sequence_logprobs
+from rlvr.engines.logprobs import sequence_logprobs
 from rlvr.train.sft import _backend
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -267,7 +267,7 @@ def test_the_unforeseen_falls_back_to_pytest(enclaves, name, extra, expect_id):
 
 
 def test_lean_matches_pytest_on_every_seed_family(enclaves):
-    from rlvr.tasks.synth.seeds import discover
+    from rlvr.authoring.synth.seeds import discover
 
     families, _skipped = discover(ROOT / "data" / "seed_repos")
     assert len(families) >= 8
@@ -285,8 +285,8 @@ def test_lean_matches_pytest_on_every_seed_family(enclaves):
 def test_lean_matches_pytest_on_buggy_states(enclaves):
     """Failing, erroring and crashing code under test (the runs curation decides on): two
     sampled mutants per family, each as a patch over the pristine family."""
-    from rlvr.tasks.synth.candidates import single_candidates
-    from rlvr.tasks.synth.seeds import discover
+    from rlvr.authoring.synth.candidates import single_candidates
+    from rlvr.authoring.synth.seeds import discover
 
     families, _skipped = discover(ROOT / "data" / "seed_repos")
     compared = failing = 0

@@ -8,7 +8,7 @@ from agentkit import token_ids
 
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.sampling import process
-from rlvr.train.logprobs import logprobs_from_logits, sequence_logprobs
+from rlvr.engines.logprobs import logprobs_from_logits, sequence_logprobs
 
 TOL = 1e-4
 PARAMS = [

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from rlvr.tasks.patches import apply_patch, make_patch
-from rlvr.tasks.synth.operators import (OPERATORS, SINGLE_OPERATORS, FunctionContext, Mutant,
+from rlvr.tasks.operators import (OPERATORS, SINGLE_OPERATORS, FunctionContext, Mutant,
                                         apply_site, function_mutants, function_names, sites)
 
 CORE_PATH = "minikit/core.py"

@@ -8,7 +8,7 @@ import pytest
 from rlvr.config import load_section, parse
 from rlvr.errors import ConfigError
 from rlvr.sandbox.params import SandboxParams
-from rlvr.tasks.curation import CurationParams
+from rlvr.authoring.curation import CurationParams
 
 
 @dataclass(frozen=True)

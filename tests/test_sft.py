@@ -15,7 +15,7 @@ from rlvr.engines.model_dir import load_policy, load_tokenizer, weights_fingerpr
 from rlvr.errors import ConfigError
 from rlvr.train.config import EarlyStopParams, LoraParams, SFTParams, parse_sft_params
 from rlvr.train.demos import data_hash
-from rlvr.train.logprobs import logprobs_from_logits, sequence_logprobs
+from rlvr.engines.logprobs import logprobs_from_logits, sequence_logprobs
 from rlvr.train.sft import (EarlyStopper, LossCurves, collate, masked_nll, micro_batches,
                             to_examples, train_sft, write_loss_csv)
 

@@ -11,8 +11,8 @@ from rlvr.errors import ConfigError
 from rlvr.tasks.model import Task
 from rlvr.tasks.splits import (SplitLeak, SplitParams, assign_split, check_split_hygiene,
                                function_unit, is_heldout_function, mutated_functions)
-from rlvr.tasks.synth.candidates import Candidate, Part
-from rlvr.tasks.synth.operators import Site
+from rlvr.authoring.synth.candidates import Candidate, Part
+from rlvr.tasks.operators import Site
 
 NAMES = [f"mod{i // 40}.Class{i % 40}.method" for i in range(4000)]
 
@@ -114,8 +114,8 @@ def test_family_splits_win_and_no_function_means_train():
 def test_curation_assigns_the_function_split_to_an_authored_task(tmp_path):
     """The call site: a hand-authored task whose provenance names a held-out function."""
     from rlvr.enclave import Enclave
-    from rlvr.tasks.authored import load_task_dir
-    from rlvr.tasks.curation import CurationParams, curate_one
+    from rlvr.authoring.authored import load_task_dir
+    from rlvr.authoring.curation import CurationParams, curate_one
     from taskkit import write_task
 
     seed = next(s for s in range(1000)

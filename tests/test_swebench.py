@@ -12,7 +12,7 @@ import pytest
 
 from rlvr.errors import TaskFormatError
 from rlvr.tasks.patches import make_patch
-from rlvr.tasks.swebench import (cmd_export_swebench, cmd_import_swebench, export_swebench,
+from rlvr.authoring.swebench import (cmd_export_swebench, cmd_import_swebench, export_swebench,
                                  import_swebench, read_instances)
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",

@@ -20,10 +20,10 @@ from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table
 from rlvr.tasks.patches import apply_patch
 from rlvr.tasks.pool import load_tasks
-from rlvr.tasks.synth.candidates import Candidate, combined_candidates, single_candidates
-from rlvr.tasks.synth.instructions import Failure, describe, write_instruction
-from rlvr.tasks.synth.public_tests import materialise, prune_module, select_public
-from rlvr.tasks.synth.seeds import discover, load_family
+from rlvr.authoring.synth.candidates import Candidate, combined_candidates, single_candidates
+from rlvr.authoring.synth.instructions import Failure, describe, write_instruction
+from rlvr.authoring.synth.public_tests import materialise, prune_module, select_public
+from rlvr.authoring.synth.seeds import discover, load_family
 from test_operators import write_family
 
 # A function no test calls (its mutants are equivalent) and a table validated at import
@@ -223,7 +223,7 @@ def test_describe_exception_and_missing_raise():
 
 
 def test_instruction_falls_back_when_a_test_line_equals_the_fix():
-    from rlvr.tasks.curation import leaked_lines
+    from rlvr.authoring.curation import leaked_lines
 
     patch = ("--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-    return total(values) == 3\n"
              "+    assert total([1, 2]) == 3\n")
@@ -365,10 +365,10 @@ def test_untested_and_import_breaking_mutants_are_refused_with_their_reason(tmp_
     check in `_validate` breaks the import."""
     from rlvr.enclave import Enclave
     from rlvr.sandbox import get_sandbox
-    from rlvr.tasks.curation import CurationParams
-    from rlvr.tasks.synth.candidates import Part
-    from rlvr.tasks.synth.operators import OPERATORS, FunctionContext
-    from rlvr.tasks.synth.pipeline import SynthParams, Synthesizer
+    from rlvr.authoring.curation import CurationParams
+    from rlvr.authoring.synth.candidates import Part
+    from rlvr.tasks.operators import OPERATORS, FunctionContext
+    from rlvr.authoring.synth.pipeline import SynthParams, Synthesizer
 
     fam = _family(tmp_path)
     source = fam.repo_files["minikit/core.py"]
@@ -423,7 +423,7 @@ def test_yield_table_breaking_its_contract_is_refused_and_nothing_is_written(tmp
 
 
 def test_dedup_rejects_repeats_and_tasks_already_in_the_pool():
-    from rlvr.tasks.curation import dedup
+    from rlvr.authoring.curation import dedup
     from rlvr.tasks.model import Task
 
     def task(task_id: str, body: str) -> Task:

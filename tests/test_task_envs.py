@@ -16,7 +16,7 @@ from rlvr.enclave.core import Enclave
 from rlvr.errors import ConfigError, SandboxUnavailable, TaskFormatError
 from rlvr.sandbox import Limits, get_sandbox
 from rlvr.sandbox import envs
-from rlvr.tasks.authored import load_task_dir
+from rlvr.authoring.authored import load_task_dir
 from rlvr.tasks.model import Task
 from scriptkit import load_script
 

@@ -118,7 +118,7 @@ def test_missing_task_dir_is_a_named_error(tmp_path, params, capsys):
 
 
 def test_rejection_log_is_printed_readably(tmp_path, capsys):
-    from rlvr.tasks.curation import Rejection
+    from rlvr.authoring.curation import Rejection
     from rlvr.tasks.pool import rejections_path, save_pool
 
     out_file = tmp_path / "tasks.parquet"
@@ -161,7 +161,7 @@ def test_diagnose_imports_a_src_layout_package(bwrap_sandbox):
 
     from agentkit import COUNT_FIXED, count_task
 
-    from rlvr.tasks.check import diagnose
+    from rlvr.authoring.check import diagnose
 
     task = count_task()
     src = {("src/" + p if p.startswith("mini/") else p): t for p, t in task.repo_files.items()}

@@ -7,8 +7,8 @@ import pytest
 
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
-from rlvr.tasks.authored import load_task_dir
-from rlvr.tasks.curation import CurationParams, curate
+from rlvr.authoring.authored import load_task_dir
+from rlvr.authoring.curation import CurationParams, curate
 from rlvr.tasks.pool import save_tasks
 from stages import verify
 from taskkit import BUGGY_CORE, FIXED_CORE, write_task

@@ -12,7 +12,7 @@ from rlvr.agent import warm_tests
 from rlvr.agent.executor import ToolExecutor
 from rlvr.agent.tools import ToolCall, format_tool_call
 from rlvr.agent.workspace import Workspace
-from rlvr.tasks.authored import discover, load_task_dir
+from rlvr.authoring.authored import discover, load_task_dir
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "data" / "tasks"
 

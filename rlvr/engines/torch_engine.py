@@ -68,7 +68,7 @@ from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy
 from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.model_dir import Policy, load_policy
 from rlvr.engines.sampling import check_params, process, sample, sample_uniforms
-from rlvr.train.logprobs import sequence_logprobs
+from rlvr.engines.logprobs import sequence_logprobs
 
 FAST_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # Fuse q/k/v and gate/up into single matmuls (a weight copy per generate call) only for
@@ -371,7 +371,7 @@ class TorchEngine:
         return out
 
     def _score_chunk(self, prompts, completions, params) -> list[list[float]]:
-        """The trainer's code path (`rlvr.train.logprobs.sequence_logprobs`), left-padded,
+        """The trainer's code path (`rlvr.engines.logprobs.sequence_logprobs`), left-padded,
         with the LM head applied to the completion positions only."""
         seqs = [self._check_prompt(i, p) + self._check_ids(f"completion {i}", c)
                 for i, (p, c) in enumerate(zip(prompts, completions))]

@@ -15,7 +15,7 @@ episode it
    away: the line's text is in the run_tests output, and a small policy imitates fewer,
    shorter turns better);
 4. tries candidate fixes: every single-site mutation of the suspect function
-   (`rlvr.tasks.synth.operators`: most bug operators are their own inverse) plus small
+   (`rlvr.tasks.operators`: most bug operators are their own inverse) plus small
    line edits (unwrapping `not (...)`), ranked by the observed suspicious lines; each is an
    `edit` — line-addressed (`path`, `line`, a short `old` → `new`) when it changes one
    line — then `run_tests`; an edit that lowers the failure count is kept (two-bug tasks
@@ -336,7 +336,7 @@ class BoundTeacher:
 
     def _definitions(self) -> dict[str, list[tuple[str, str]]]:
         """function name (and qualname) -> [(path, qualname)] over the source files."""
-        from rlvr.tasks.synth.operators import function_names
+        from rlvr.tasks.operators import function_names
 
         out: dict[str, list[tuple[str, str]]] = {}
         for path in sorted(self.sources):
@@ -350,8 +350,8 @@ class BoundTeacher:
         return out
 
     def _candidates(self) -> list[Candidate]:
-        from rlvr.tasks.synth.operators import OPERATORS, FunctionContext, compiles
-        from rlvr.tasks.synth.spans import SourceMap
+        from rlvr.tasks.operators import OPERATORS, FunctionContext, compiles
+        from rlvr.tasks.spans import SourceMap
 
         hinted_ops = {op for _p, _f, op, _l in self.hints.sites if op}
         hinted_lines = {(p, line) for p, _f, _o, line in self.hints.sites if line}
@@ -514,7 +514,7 @@ def _test_calls(test_source: str, test_name: str) -> list[str]:
 def function_lines(source: str, qualname: str) -> tuple[int, int]:
     """1-based (first, last) line of function `qualname` in `source` (the whole file when
     it is not found or does not parse)."""
-    from rlvr.tasks.synth.operators import find_function
+    from rlvr.tasks.operators import find_function
 
     try:
         node = find_function(_parsed(source), qualname)
@@ -532,7 +532,7 @@ def _parsed(source: str) -> ast.Module:
 
 def _function_at(source: str, line: int) -> str | None:
     """The qualname of the innermost function of `source` spanning `line`, if any."""
-    from rlvr.tasks.synth.operators import function_names
+    from rlvr.tasks.operators import function_names
 
     try:
         names = function_names(source)

@@ -102,7 +102,7 @@ from rlvr.tasks.model import Task
 from rlvr.train import pathology
 from rlvr.train.curriculum import BANDS, Curriculum
 from rlvr.train.grpo_config import GRPOParams
-from rlvr.train.logprobs import sequence_logprobs
+from rlvr.engines.logprobs import sequence_logprobs
 from rlvr.train.sampler import SYNC_DIR, open_sampler, save_hf_weights
 from rlvr.train.sft import _backend, micro_batches
 

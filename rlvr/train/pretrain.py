@@ -6,7 +6,7 @@ memorises transcripts but does not copy from its context — it names files and 
 from memory instead of from the run_tests output in front of it (measured: 0 of 128 episodes
 solved). Copying must be learned from many cheap examples first. This module makes them
 from the training families' code alone (no rollouts, no held-out family): each synthetic
-episode injects a real bug with the synthesis operators (`rlvr.tasks.synth.operators`),
+episode injects a real bug with the synthesis operators (`rlvr.tasks.operators`),
 shows a run_tests-style failure whose suspicious-lines section lists the mutated line among
 other lines of the function (its true line numbers and text), and answers with the
 line-addressed edit the scripted teacher would make (`rlvr.teachers.scripted.edit_args`),
@@ -73,8 +73,8 @@ class PretrainParams:
 def _mutant(rng: random.Random, source: str, funcs: list[str], cache: dict):
     """(operator, function qualname, mutated source) of one random single-site mutant of
     the kinds the scripted teacher undoes with a line edit, or None."""
-    from rlvr.tasks.synth.operators import OPERATORS, FunctionContext, compiles
-    from rlvr.tasks.synth.spans import SourceMap
+    from rlvr.tasks.operators import OPERATORS, FunctionContext, compiles
+    from rlvr.tasks.spans import SourceMap
     from rlvr.teachers.scripted import CANDIDATE_OPERATORS
 
     func = rng.choice(funcs)
@@ -164,7 +164,7 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
     (`line_shift`, `rename_paths`: see `PretrainParams`)."""
     from rlvr.agent.fixes import fix_for
     from rlvr.teachers.scripted import function_lines, edit_args
-    from rlvr.tasks.synth.operators import function_names
+    from rlvr.tasks.operators import function_names
 
     rng = random.Random(seed)
     pool = []

@@ -7,7 +7,7 @@ The loss is the mean negative log-likelihood of the policy's own tokens:
 
 Masked tokens (prompt, template service tokens, observations) enter neither the sum nor N
 (SPEC §3): the LM head is not even applied at their positions
-(`rlvr.train.logprobs.sequence_logprobs(..., only=mask)`), so their gradient is exactly 0.
+(`rlvr.engines.logprobs.sequence_logprobs(..., only=mask)`), so their gradient is exactly 0.
 N is counted once per optimizer step before any forward pass and each micro-batch's loss is
 divided by it, so the gradient is the same however the batch is cut into micro-batches.
 
@@ -55,7 +55,7 @@ from rlvr.engines.model_dir import TOKENIZER_EXTRA, TOKENIZER_FILES, load_policy
 from rlvr.errors import ConfigError
 from rlvr.train.config import SFTParams
 from rlvr.train.demos import data_hash
-from rlvr.train.logprobs import sequence_logprobs
+from rlvr.engines.logprobs import sequence_logprobs
 
 LogFn = Callable[[int, dict[str, float]], None]
 EvalFn = Callable[[int, Any], dict[str, float]]

@@ -3,7 +3,7 @@
 For every candidate: FAIL_TO_PASS / PASS_TO_PASS come from running the hidden suite on the
 buggy and on the fixed state; the fixed state is re-run with other seeds and shuffled order
 and any test whose outcome varies is quarantined (a sequential two-phase rule sized to catch
-a 20%-flaky test with probability >= 0.95: `rlvr.tasks.flaky`); then the six
+a 20%-flaky test with probability >= 0.95: `rlvr.authoring.flaky`); then the six
 distinguishability rules, a check that every hidden module collected, and one that the
 public tests run in the agent's own sandbox. A rejected candidate becomes a `Rejection` with
 its reason, the test ids at fault, the enclave's flags and a short error line: nothing is
@@ -29,12 +29,12 @@ from rlvr.enclave import Enclave
 from rlvr.enclave.core import run_seed
 from rlvr.errors import ConfigError, PatchFormatError
 from rlvr.sandbox.params import SandboxParams
-from rlvr.tasks import flaky
-from rlvr.tasks.flaky import catch_probability, runs_needed
+from rlvr.authoring import flaky
+from rlvr.authoring.flaky import catch_probability, runs_needed
 from rlvr.tasks.model import Task, content_hash, files_hash
 from rlvr.tasks.patches import apply_patch, make_patch
 from rlvr.tasks.splits import SplitParams, assign_split
-from rlvr.tasks.wrong import wrong_solutions
+from rlvr.authoring.wrong import wrong_solutions
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class CurationParams:
     # rule 4, phase 1: whole-suite seeded, shuffled runs of the fixed state for every
     # candidate (test discovery, deterministic failures, first flakes)
     reference_runs: int = 5
-    # rule 4, phase 2 (`rlvr.tasks.flaky`): a candidate that passed every cheap rule gets
+    # rule 4, phase 2 (`rlvr.authoring.flaky`): a candidate that passed every cheap rule gets
     # runs of its graded tests until a test failing `flaky_rate` of the time is caught with
     # probability >= `flaky_catch`, counting the reference verdict's consensus runs
     # (0.2 / 0.95 -> 14 observations = 11 runs + 3 consensus runs: P = 0.956; the old
@@ -155,12 +155,12 @@ class OutcomeCache:
         return run
 
     def public_run(self, task: Task, enclave):
-        """`rlvr.tasks.check.public_tests_run` of `task`'s buggy state, shared by the tasks
+        """`rlvr.authoring.check.public_tests_run` of `task`'s buggy state, shared by the tasks
         whose public tests and pytest configuration files are the same (every mutant of a
         family): whether pytest *runs* them (exit 3/4/5 or not) depends on those, unless a
         conftest imports the code under test -- then the whole snapshot is the key."""
         from rlvr.agent.workspace import CONFIG_NAMES
-        from rlvr.tasks.check import public_tests_run
+        from rlvr.authoring.check import public_tests_run
 
         if any(Path(p).name == "conftest.py" for p in task.repo_files):
             basis = dict(task.repo_files)
@@ -378,12 +378,12 @@ def _check_modules_collected(task: Task, fixed: dict[str, str], enclave,
     module that cannot be imported into *no items* (its report would need traceback frames
     the sealed runner refuses), so without this check such a module's tests would silently
     not exist: `hidden_import_error`, naming the module, with the import error a trusted
-    diagnostic pytest run of the fixed state reports (`rlvr.tasks.check`)."""
+    diagnostic pytest run of the fixed state reports (`rlvr.authoring.check`)."""
     empty = [m for m in hidden_test_modules(task)
              if not any(t.startswith(m + "::") for t in test_ids)]
     if not empty:
         return
-    from rlvr.tasks.check import diagnose
+    from rlvr.authoring.check import diagnose
 
     errors = {}
     try:
@@ -431,7 +431,7 @@ def _split_tests(recs: Sequence[flaky.TestRecord], pristine, params: CurationPar
 
 def _check_public_tests(task: Task, enclave, cache: OutcomeCache) -> None:
     """The agent can run its public tests: `run_tests` through the agent's own executor, in
-    the agent's sandbox, on the buggy state (`rlvr.tasks.check.public_tests_run`)."""
+    the agent's sandbox, on the buggy state (`rlvr.authoring.check.public_tests_run`)."""
     outcome = cache.public_run(task, enclave)
     if not outcome.runnable:
         raise _Reject("public_tests_unrunnable",
@@ -534,7 +534,7 @@ def run_curation(source: Path, params: CurationParams, sandbox: SandboxParams) -
     """Curate every hand-authored task directory under `source` through a fresh enclave on
     `sandbox` (SandboxParams); write nothing (see `rlvr.tasks.pool.save_pool`)."""
     from rlvr.progress import progress
-    from rlvr.tasks.authored import discover, load_task_dir
+    from rlvr.authoring.authored import discover, load_task_dir
 
     candidates = [load_task_dir(d) for d in discover(source)]
     with Enclave.for_sandbox(sandbox) as enclave, \

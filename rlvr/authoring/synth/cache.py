@@ -24,7 +24,7 @@ import dataclasses
 import threading
 from typing import Sequence
 
-from rlvr.tasks.curation import OutcomeCache
+from rlvr.authoring.curation import OutcomeCache
 from rlvr.tasks.model import Task, files_hash
 
 

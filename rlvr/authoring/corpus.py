@@ -11,7 +11,7 @@ gitignored cache:
 Every file is verified against its sha256 before use; a mismatch deletes the file and is a
 named error (`HashMismatch`), as is a bad lock entry (`CorpusLockError`). The wheelhouse is what
 `rlvr.sandbox.envs.task_env` installs a library's declared dependencies from. The CLI is
-`scripts/fetch_corpus.py`; `rlvr.tasks.synth.corpus_families` turns an unpacked library into a
+`scripts/fetch_corpus.py`; `rlvr.authoring.synth.corpus_families` turns an unpacked library into a
 seed family for bug injection.
 """
 from __future__ import annotations

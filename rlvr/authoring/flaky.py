@@ -11,7 +11,7 @@ Five runs (the old rule) give 1 - 0.8^5 - 0.2^5 = 0.672 at p = 0.2; the smallest
 P >= 0.95 at p = 0.2 is 14 (0.956). No scheme that only watches outcomes can do with fewer
 observations of a test that never flakes in front of it: until it does, it looks exactly like a
 stable test, so every stable test must be seen `n` times. What a scheme can save is *where*
-those runs are spent, and curation's sequential rule (`rlvr.tasks.curation`) spends them
+those runs are spent, and curation's sequential rule (`rlvr.authoring.curation`) spends them
 
 * in two phases: `reference_runs` whole-suite runs first (test discovery, deterministic
   failures, the cheap rules), and the remaining runs only for a candidate that passed every

@@ -27,7 +27,7 @@ class SeedFamily:
     repo_files: dict[str, str]      # everything outside tests/, paths relative to the family
     tests: dict[str, str]           # tests/* relative to tests/ (the hidden root)
     # Exact pins the family's code and suite import (a real library's test dependencies,
-    # rlvr.tasks.synth.corpus_families); every task built from it carries them.
+    # rlvr.authoring.synth.corpus_families); every task built from it carries them.
     dependencies: tuple[str, ...] = ()
     # From the seed state's own suite run (synth.pipeline.graded_family): hidden tests that
     # did not pass there before any bug, and hidden modules left out: they collected nothing.

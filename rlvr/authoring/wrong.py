@@ -125,7 +125,7 @@ def wrong_solutions(task: Task, fixed: dict[str, str], *, max_mutants: int,
 def _mutants(source: str, qualname: str, limit: int, seed: int) -> list[str]:
     if limit <= 0:
         return []
-    from rlvr.tasks.synth.operators import function_mutants
+    from rlvr.tasks.operators import function_mutants
 
     try:
         return [m.source for m in function_mutants(source, qualname, limit=limit, seed=seed)]

@@ -28,17 +28,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from rlvr.errors import ConfigError
-from rlvr.tasks.curation import CurationParams, OutcomeCache, Rejection, curate, leaked_lines
+from rlvr.authoring.curation import CurationParams, OutcomeCache, Rejection, curate, leaked_lines
 from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import make_patch
 from rlvr.tasks.project_config import for_files
-from rlvr.tasks.synth.cache import FamilyOutcomeCache
-from rlvr.tasks.synth.candidates import Candidate, combined_candidates, sibling_keys, \
+from rlvr.authoring.synth.cache import FamilyOutcomeCache
+from rlvr.authoring.synth.candidates import Candidate, combined_candidates, sibling_keys, \
     single_candidates
-from rlvr.tasks.synth.instructions import ProbeJob, probe, write_instruction
-from rlvr.tasks.synth.operators import SINGLE_OPERATORS
-from rlvr.tasks.synth.public_tests import materialise, select_public
-from rlvr.tasks.synth.seeds import SeedFamily
+from rlvr.authoring.synth.instructions import ProbeJob, probe, write_instruction
+from rlvr.tasks.operators import SINGLE_OPERATORS
+from rlvr.authoring.synth.public_tests import materialise, select_public
+from rlvr.authoring.synth.seeds import SeedFamily
 
 SOURCE = "synthetic"
 
@@ -52,7 +52,7 @@ class PublicParams:
 @dataclass(frozen=True)
 class CorpusParams:
     """`synthesize.corpus`: bug injection into the real libraries of data/real/corpus.toml
-    (rlvr.tasks.synth.corpus_families), each its own family. Their suites are larger than a
+    (rlvr.authoring.synth.corpus_families), each its own family. Their suites are larger than a
     seed family's, hence their own, smaller budget."""
 
     libraries: list[str] = field(default_factory=list)  # by lock name; empty: none
@@ -163,7 +163,7 @@ def graded_family(family: SeedFamily, outcomes: Mapping[str, str]) -> SeedFamily
     """`family` as its seed run can grade it: hidden test modules that collected nothing
     there (they cannot be imported in this environment) leave the suite, their text
     unchanged; tests that did not pass there (failed, errored, skipped) are recorded
-    (`not_passing_on_seed`: curation quarantines them, rlvr.tasks.curation.not_passing_on_seed).
+    (`not_passing_on_seed`: curation quarantines them, rlvr.authoring.curation.not_passing_on_seed).
     A family whose suite all passes (every seed family here) comes back as it is."""
     collected = {t.split("::", 1)[0] for t in outcomes}
     dead = [m for m in family.tests if _is_test_module(m) and m not in collected]

@@ -14,10 +14,10 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rlvr.tasks.synth.operators import SINGLE_OPERATORS, FunctionContext, OPERATORS, Site, \
+from rlvr.tasks.operators import SINGLE_OPERATORS, FunctionContext, OPERATORS, Site, \
     compiles, function_names
-from rlvr.tasks.synth.seeds import SeedFamily
-from rlvr.tasks.synth.spans import SourceMap, overlaps
+from rlvr.authoring.synth.seeds import SeedFamily
+from rlvr.tasks.spans import SourceMap, overlaps
 
 GENERATOR = "rlvr.synth/1"  # bump when operators change what a given site produces
 
@@ -153,7 +153,7 @@ def sample_round_robin(parts: list[Part], budget: int, rng: random.Random,
 def sibling_keys(family: SeedFamily, *, limit: int, seed: int) -> frozenset[str]:
     """Part keys of the mutants curation will try as wrong solutions of each function
     (`function_mutants(seed module, function, limit, seed)`, rule 3)."""
-    from rlvr.tasks.synth.operators import function_mutants
+    from rlvr.tasks.operators import function_mutants
 
     keys = set()
     if limit <= 0:

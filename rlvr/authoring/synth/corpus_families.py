@@ -1,4 +1,4 @@
-"""A fetched real library (rlvr.tasks.corpus) as a seed family for bug injection (SPEC §2).
+"""A fetched real library (rlvr.authoring.corpus) as a seed family for bug injection (SPEC §2).
 
 Real code nobody here wrote, with its upstream suite unchanged, so that held-out evaluation
 includes it. What goes where:
@@ -25,8 +25,8 @@ from typing import Sequence
 
 from rlvr.errors import ConfigError
 from rlvr.sandbox.envs import parse_dependencies
-from rlvr.tasks.corpus import CorpusLockError, Library, Lock, source_dir
-from rlvr.tasks.synth.seeds import SeedFamily, read_tree, usable
+from rlvr.authoring.corpus import CorpusLockError, Library, Lock, source_dir
+from rlvr.authoring.synth.seeds import SeedFamily, read_tree, usable
 
 CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 _NOT_PACKAGES = {"tests", "test", "docs", "doc", "benchmark", "benchmarks", "scripts", "tools"}

@@ -1,8 +1,8 @@
-"""Synthetic task generation by bug injection (SPEC §2).
+"""Synthetic task generation by bug injection (SPEC §2). The bug operators themselves
+(`rlvr.tasks.operators`, over `rlvr.tasks.spans`) sit below, in what a task is: the scripted
+teacher inverts them too.
 
     seeds.py         seed families on disk (`data/seed_repos/<family>/`)
-    spans.py         byte-exact rewriting of AST node spans
-    operators.py     the mutation-operator registry + `function_mutants` (used by curation)
     candidates.py    (family, module, function, operator, site) candidates, sampling, pairing
     public_tests.py  the hidden tests shown in the workspace, cut out by AST
     instructions.py  issue-style instructions from failures probed in the sandbox

@@ -215,7 +215,7 @@ class CheckReport:
 
     @property
     def accepted(self) -> bool:
-        from rlvr.tasks.curation import Rejection
+        from rlvr.authoring.curation import Rejection
 
         return not isinstance(self.verdict, Rejection)
 
@@ -225,10 +225,10 @@ def check_task(task_dir: Path | str, params, sandbox_params) -> CheckReport:
     enclave and a plain diagnostic pytest run, and curate it."""
     from rlvr.enclave import Enclave
     from rlvr.errors import PatchFormatError, TaskFormatError
-    from rlvr.tasks.authored import load_task_dir
-    from rlvr.tasks.curation import curate_one
+    from rlvr.authoring.authored import load_task_dir
+    from rlvr.authoring.curation import curate_one
     from rlvr.tasks.patches import apply_patch, make_patch
-    from rlvr.tasks.wrong import wrong_solutions
+    from rlvr.authoring.wrong import wrong_solutions
 
     task_dir = Path(task_dir)
     if not task_dir.is_dir():
@@ -274,7 +274,7 @@ def check_task(task_dir: Path | str, params, sandbox_params) -> CheckReport:
 
 
 def format_check(report: CheckReport) -> str:
-    from rlvr.tasks.curation import Rejection
+    from rlvr.authoring.curation import Rejection
 
     out = [f"task {report.task_id} (family {report.family})"]
     for state in report.states:
@@ -332,7 +332,7 @@ def read_rejections(path: Path | str) -> list:
     file when it is missing, not Parquet, or breaks the contract."""
     from rlvr.artifacts import schemas
     from rlvr.artifacts.io import read_table
-    from rlvr.tasks.curation import Rejection
+    from rlvr.authoring.curation import Rejection
 
     table = read_table(path, schemas.REJECTIONS, contract="rejections")
     try:
