@@ -20,4 +20,6 @@ fi
 # The real-library corpus (pinned sdists + the wheels their suites need, hash-checked;
 # data/real/.cache): the tests that run upstream suites unchanged need it.
 python scripts/fetch_corpus.py
+# The library's floors (pyproject.toml [tool.importlinter], CONTRIBUTING.md "Layers").
+lint-imports --no-cache --no-logo
 python -m pytest -q -m "not slow and not vllm" "$@"
