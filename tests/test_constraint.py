@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_agent_tools import VALID_CALLS
+from callkit import VALID_CALLS
 
-from rlvr.agent.grammar import last_suspects
+from rlvr.agent.grammar import last_suspects, tool_call
 from rlvr.agent.prompt import SYSTEM_PROMPT
 from rlvr.agent.tools import format_tool_call, parse_action
 from rlvr.agent.transcript import ChatCodec
 from rlvr.chat_format import IM_END
 from rlvr.engines.base import Decoding, SamplingParams
 from rlvr.engines.constraint import GrammarError
+from rlvr.engines.grammars import grammar_source, is_context_free, register_grammar
 from rlvr.engines.sampling import allowed_mask, process_logits
 from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
@@ -80,8 +81,20 @@ def test_marker_text_inside_an_argument_parses():
 
 
 def test_unknown_grammar_is_a_named_error():
-    with pytest.raises(ConfigError, match="decoding.grammar: unknown grammar 'json'"):
+    with pytest.raises(ConfigError, match="decoding.grammar: unknown grammar 'json'") as info:
         Decoding(grammar="json")
+    assert "tool_call, tool_call_fixes" in str(info.value)  # the agent registered its own
+
+
+def test_the_agent_registers_its_grammars_and_a_taken_name_is_refused():
+    """The engines name no grammar: rlvr.agent.grammar registers both at import, and only a
+    re-import of the same function may register a name again."""
+    assert grammar_source("tool_call") == tool_call()
+    assert is_context_free("tool_call") and not is_context_free("tool_call_fixes")
+    register_grammar("tool_call", tool_call, context_free=True)  # a re-import: a no-op
+    with pytest.raises(ValueError, match="'tool_call' is already registered by "
+                                         "rlvr.agent.grammar:tool_call"):
+        register_grammar("tool_call", lambda transcript: "start: \"x\"", context_free=True)
 
 
 def test_allowed_mask_unpacks_llguidance_bit_order():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import rlvr.agent.grammar  # noqa: F401  (registers the `tool_call` grammar a test decodes under)
 from rlvr.engines.base import SamplingParams, StreamingEngine
 from rlvr.engines.torch_engine import TorchEngine
 

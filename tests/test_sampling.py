@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from rlvr.engines.base import SamplingParams
+from rlvr.config import parse
+from rlvr.engines.base import Decoding, SamplingParams
 from rlvr.engines.sampling import check_params, process_logits, sample, token_logprobs
 from rlvr.errors import ConfigError
 
@@ -141,9 +142,6 @@ def test_the_knobs_are_validated_once_for_params_files_and_calls():
     """`rollout.decoding` and every call's SamplingParams are the same dataclass fields, with
     the same checks: a bad knob in params.yaml is refused when the params are read, naming
     it, not at the first generate."""
-    from rlvr.config import parse
-    from rlvr.engines.base import Decoding
-
     with pytest.raises(ConfigError, match="decoding.top_p"):
         parse(Decoding, {"top_p": 0.0}, "rollout.decoding")
     with pytest.raises(ConfigError, match="rollout.decoding.max_new_tokens: unknown key"):

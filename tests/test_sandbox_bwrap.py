@@ -14,6 +14,8 @@ import pytest
 
 from rlvr.errors import SandboxUnavailable
 from rlvr.sandbox import Limits, Mount, get_sandbox
+from rlvr.sandbox.base import WAIT_FACTOR
+from rlvr.sandbox.bwrap import BwrapSandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = Limits(wall_seconds=10, cpu_seconds=10, memory_bytes=1 << 30, max_processes=32,
@@ -129,7 +131,6 @@ def test_cpu_budget_cuts_a_busy_loop_and_lets_a_run_that_waits_finish(sb):
     """`Limits.cpu_budget(s)`: s CPU seconds decide (SIGXCPU), wall time is WAIT_FACTOR x s."""
     import signal
 
-    from rlvr.sandbox.base import WAIT_FACTOR
     budget = FAST.cpu_budget(1)
     assert (budget.cpu_seconds, budget.wall_seconds) == (1, WAIT_FACTOR * 1.0)
     r = py(sb, "import time; time.sleep(1.5); print('done')", limits=budget)
@@ -189,8 +190,6 @@ def test_serve_round_trip_and_close(sb):
 
 # ---- bwrap specifics ----------------------------------------------------------------------------
 def test_missing_bwrap_is_unavailable():
-    from rlvr.sandbox.bwrap import BwrapSandbox
-
     with pytest.raises(SandboxUnavailable):
         BwrapSandbox(bwrap="/nonexistent/bwrap-" + uuid.uuid4().hex)
 

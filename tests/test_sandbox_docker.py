@@ -14,16 +14,16 @@ import textwrap
 import pytest
 
 from rlvr.errors import SandboxUnavailable
-from rlvr.sandbox import Limits, Mount
+from rlvr.sandbox import Limits, Mount, get_sandbox
 from rlvr.sandbox import image as image_mod
+from rlvr.sandbox.docker import DockerSandbox
+from rlvr.sandbox.idmap import STAGING_PREFIX
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
 @pytest.fixture(scope="module")
 def docker_sandbox():
-    from rlvr.sandbox.docker import DockerSandbox
-
     try:
         sandbox = DockerSandbox()
         sandbox.image  # noqa: B018 - builds (or finds) the image: part of "available"
@@ -41,8 +41,6 @@ def py(sandbox, code: str, **kwargs):
 
 def staged_mounts() -> list[str]:
     """Idmapped mounts staged by this process (other processes may be staging their own)."""
-    from rlvr.sandbox.docker import STAGING_PREFIX
-
     mine = f"{STAGING_PREFIX}{os.getpid()}-"
     with open("/proc/self/mounts") as f:
         return [line.split()[1] for line in f if mine in line]
@@ -243,8 +241,6 @@ def test_supervisor_server_can_drop_children_to_their_own_uids(docker_sandbox, t
 
 def _both_backends():
     """bwrap and docker sandboxes, or a skip naming the one that is missing."""
-    from rlvr.sandbox import get_sandbox
-
     out = []
     for name in ("bwrap", "docker"):
         try:
@@ -311,8 +307,6 @@ def test_backends_give_the_same_verdict(tmp_path):
 
 
 def test_unreachable_daemon_is_a_clear_sandbox_unavailable(tmp_path):
-    from rlvr.sandbox.docker import DockerSandbox
-
     with pytest.raises(SandboxUnavailable) as info:
         DockerSandbox(docker_host=f"unix://{tmp_path}/no-daemon.sock")
     message = str(info.value)

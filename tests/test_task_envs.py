@@ -4,6 +4,7 @@ same files on bwrap and docker — and nothing of the pipeline's venv."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import textwrap
@@ -11,13 +12,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from agentkit import count_task, price_task
 
 from rlvr.enclave.core import Enclave
 from rlvr.errors import ConfigError, SandboxUnavailable, TaskFormatError
-from rlvr.sandbox import Limits, get_sandbox
+from rlvr.sandbox import Limits, Mount, get_sandbox
 from rlvr.sandbox import envs
 from rlvr.authoring.authored import load_task_dir
 from rlvr.tasks.model import Task
+from rlvr.tasks.pool import load_tasks, save_tasks
+from rlvr.tasks.project_config import read_project_dir
 from scriptkit import load_script
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -320,8 +324,6 @@ def test_real_library_suite_runs_unchanged_with_its_declared_env(sandbox_backend
     """python-slugify's own suite (its pyproject config, filterwarnings=error, its imports of
     text_unidecode) runs as shipped: it passes with its declared dependency layer and cannot
     even be collected without it (the pipeline venv does not stand in)."""
-    from rlvr.tasks.project_config import read_project_dir
-
     lib = next(lib for lib in fc.load_lock().libraries if lib.name == "python-slugify")
     wheelhouse = REPO / "data" / "real" / ".cache" / "wheelhouse"
     env = envs.task_env(lib.dependencies, wheelhouse=wheelhouse, root=tmp_path / "envs")
@@ -330,8 +332,6 @@ def test_real_library_suite_runs_unchanged_with_its_declared_env(sandbox_backend
     sandbox = get_sandbox(sandbox_backend)
     argv = [sandbox.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
             *cfg.pytest_overrides()]
-    from rlvr.sandbox import Mount
-
     kwargs = dict(mounts=[Mount(SLUGIFY, "/work")], cwd="/work",
                   env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"},
                   limits=Limits(wall_seconds=120, cpu_seconds=120))
@@ -368,9 +368,6 @@ def test_src_layout_library_imports_its_own_copy(tmp_path):
     a suite that needs freezegun (-> python-dateutil -> six). With the project's reading and
     its declared layer, its time and number tests pass unchanged in the sandbox; without the
     reading, src/humanize is not importable (and no other copy stands in)."""
-    from rlvr.sandbox import Mount
-    from rlvr.tasks.project_config import read_project_dir
-
     lib = next(lib for lib in fc.load_lock().libraries if lib.name == "humanize")
     env = envs.task_env(lib.dependencies, wheelhouse=REPO / "data" / "real" / ".cache" / "wheelhouse",
                         root=tmp_path / "envs")
@@ -391,12 +388,6 @@ def test_src_layout_library_imports_its_own_copy(tmp_path):
 
 
 def test_task_dependencies_survive_the_task_parquet(tmp_path):
-    import dataclasses
-
-    from agentkit import count_task, price_task
-
-    from rlvr.tasks.pool import load_tasks, save_tasks
-
     task = dataclasses.replace(count_task(), dependencies=("six==1.16.0",))
     save_tasks(tmp_path / "t.parquet", [task, price_task("plain")])
     loaded = {t.task_id: t for t in load_tasks(tmp_path / "t.parquet")}

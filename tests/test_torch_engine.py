@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from agentkit import token_ids
+from agentkit import count_task, token_ids
 
-from rlvr.engines import build_engine
-from rlvr.engines.base import SamplingParams, TokenEngine
+from rlvr.agent.episode import teacher_view
+from rlvr.engines import build_engine, fast_decoder
+from rlvr.engines.base import SamplingParams, Teacher, TextEngine, TokenEngine
 from rlvr.engines.model_dir import weights_fingerprint
 from rlvr.engines.torch_engine import TorchEngine
+from rlvr.engines.vllm_engine import VllmEngine
 from rlvr.errors import ConfigError
+from rlvr.teachers.openai import OpenAIEngine, OpenAITeacherParams
+from rlvr.teachers.scripted import ScriptedTeacher
 
 TOL = 1e-4
 NUCLEUS = SamplingParams(temperature=0.7, top_p=0.9, top_k=40, max_new_tokens=24)
@@ -153,12 +157,10 @@ def test_compaction_changes_nothing_but_the_work(policy_dir, prompts):
 
 
 def test_growing_the_generated_kv_buffer_changes_nothing(policy_dir, prompts, monkeypatch):
-    from rlvr.engines import torch_engine
-
     eng = TorchEngine(policy_dir, compact_below=1.0)
     params = _stop_params(eng, prompts)
     ref = eng.generate(prompts, params, seed=2)
-    monkeypatch.setattr(torch_engine, "SUFFIX_BLOCK", 3)  # grows at t = 3, 6, 12, 24
+    monkeypatch.setattr(fast_decoder, "SUFFIX_BLOCK", 3)  # grows at t = 3, 6, 12, 24
     grown = eng.generate(prompts, params, seed=2)
     assert [s.token_ids for s in grown] == [s.token_ids for s in ref]
     assert max(abs(x - y) for s, r in zip(grown, ref) for x, y in zip(s.logprobs, r.logprobs)) < TOL
@@ -268,11 +270,6 @@ def test_sync_weights_changes_the_samples_and_stamps_version_and_step(policy_dir
 
 
 def test_torch_and_vllm_engines_are_token_engines_and_no_teacher_is(policy_dir):
-    from rlvr.engines.base import Teacher, TextEngine
-    from rlvr.engines.vllm_engine import VllmEngine
-    from rlvr.teachers.openai import OpenAIEngine, OpenAITeacherParams
-    from rlvr.teachers.scripted import ScriptedTeacher
-
     torch_engine = TorchEngine(policy_dir)
     vllm_engine = VllmEngine("http://127.0.0.1:9", policy_version="v0")  # nothing is sent
     openai = OpenAIEngine(OpenAITeacherParams(model="m", api_key_env=""))
@@ -292,9 +289,6 @@ def test_torch_and_vllm_engines_are_token_engines_and_no_teacher_is(policy_dir):
 
 
 def _teacher_task():
-    from agentkit import count_task
-    from rlvr.agent.episode import teacher_view
-
     return teacher_view(count_task())
 
 

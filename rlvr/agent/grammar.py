@@ -4,7 +4,8 @@ compiled and applied by `rlvr.engines.constraint`).
 A grammar here is a function of the transcript so far (the decoded prompt of the turn) to a
 Lark source in llguidance's dialect. The sampler and the trainer both derive it from the
 same prompt tokens, so the masks the trainer replays are the sampler's. Two are registered
-(`rlvr.engines.base.GRAMMARS`):
+(`rlvr.engines.grammars`) when this module is imported, which `rlvr.agent` does with the
+package, so any use of the agent can name them:
 
 * `tool_call` — the contract, whatever the state: reasoning text, exactly one call in
   `format_tool_call`'s canonical form (these separators, keys in schema order, each tool's
@@ -34,6 +35,7 @@ from rlvr.agent.fixes import FIXES, FixError, apply_fix, sites
 from rlvr.agent.observations import SuspiciousLine, suspicious_lines
 from rlvr.agent.tools import TOOL_SCHEMAS, parse_action
 from rlvr.chat_format import IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
+from rlvr.engines.grammars import register_grammar
 
 # run_tests observations the executor treats as infrastructure failures: they clear the
 # suspects (an ordinary error observation leaves them as they were)
@@ -48,6 +50,10 @@ def tool_call(transcript: str | None = None) -> str:
 def tool_call_fixes(transcript: str | None = None) -> str:
     """The `tool_call_fixes` grammar after `transcript` (the turn's decoded prompt)."""
     return turn_grammar(fix_schemas(last_suspects(transcript or "")))
+
+
+register_grammar("tool_call", tool_call, context_free=True)
+register_grammar("tool_call_fixes", tool_call_fixes, context_free=False)
 
 
 def turn_grammar(schemas: Mapping[str, Mapping[str, Any]]) -> str:

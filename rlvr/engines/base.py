@@ -23,28 +23,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
+from rlvr.engines.grammars import check_grammar
 from rlvr.errors import ConfigError
-
-
-# Grammars a turn can be constrained to (`Decoding.grammar`), name -> "module:function"
-# mapping the turn's decoded prompt (the transcript so far) to a Lark source, resolved on
-# first use (rlvr.engines.constraint compiles them): the tool-call grammars belong to the
-# agent's tool contract (rlvr/agent/grammar.py), not to the engines. CONTEXT_FREE ones
-# ignore the transcript (the engine then never decodes prompts for them).
-GRAMMARS: dict[str, str] = {
-    "tool_call": "rlvr.agent.grammar:tool_call",
-    "tool_call_fixes": "rlvr.agent.grammar:tool_call_fixes",
-}
-CONTEXT_FREE = frozenset({"tool_call"})
-
-
-def check_grammar(name: str, where: str = "decoding.grammar") -> str:
-    """`name` if it is "" (no constraint) or a registered grammar, else a ConfigError naming
-    the field."""
-    if not isinstance(name, str) or (name and name not in GRAMMARS):
-        raise ConfigError(f"{where}: unknown grammar {name!r} (known: \"\" = none, "
-                          f"{', '.join(sorted(GRAMMARS))})")
-    return name
 
 
 @dataclass(frozen=True)
@@ -58,9 +38,10 @@ class Decoding:
     top_k: int = 0  # 0 = off
     # A grammar every sampled turn must stay inside ("" = none; `tool_call`: reasoning + one
     # schema-valid tool call + end of turn; `tool_call_fixes`: that, with edits narrowed to
-    # named fixes that apply to the listed suspicious lines; rlvr/agent/grammar.py). Part of
-    # the behaviour distribution: the trainer replays its mask. Token engines honour it; a
-    # text teacher's demonstrations are canonical calls already.
+    # named fixes that apply to the listed suspicious lines; rlvr/agent/grammar.py registers
+    # both in rlvr/engines/grammars.py). Part of the behaviour distribution: the trainer
+    # replays its mask. Token engines honour it; a text teacher's demonstrations are
+    # canonical calls already.
     grammar: str = ""
 
     def __post_init__(self) -> None:

@@ -17,29 +17,21 @@ compares them), and nothing the size of [tokens, vocabulary] is stored in a pass
 Masks are llguidance bitmasks: int32 words [..., W], W = ceil(V / 32), bit j of word w set iff
 token 32·w + j is allowed (`sampling.allowed_mask` unpacks them).
 
-Grammars are named (`Decoding.grammar`) and registered in `rlvr.engines.base.GRAMMARS` as
-"module:function" strings resolved here on first use, like the engines in `rlvr.engines`:
-the grammar of a tool call belongs to the agent's tool contract (`rlvr.agent.grammar`),
-not to the engines. A turn's grammar may depend on its prompt (the state the agent has
-seen): the sampler and the trainer both derive it from the same prompt tokens.
+Grammars are named (`Decoding.grammar`) and registered by the module that defines them
+(`rlvr.engines.grammars`; the tool-call grammars belong to the agent's tool contract and
+register themselves), not by the engines. A turn's grammar may depend on its prompt (the
+state the agent has seen): the sampler and the trainer both derive it from the same prompt
+tokens.
 """
 from __future__ import annotations
 
-import importlib
 from collections import OrderedDict
 from typing import Any, Sequence
 
 import torch
 
-from rlvr.engines.base import CONTEXT_FREE, GRAMMARS, check_grammar
+from rlvr.engines.grammars import check_grammar, grammar_source, is_context_free
 from rlvr.errors import ConfigError
-
-
-def grammar_source(name: str, transcript: str | None = None) -> str:
-    """The Lark source of registered grammar `name` for a turn after `transcript` (its
-    decoded prompt; unused by a context-free grammar)."""
-    module, func = GRAMMARS[check_grammar(name)].split(":")
-    return getattr(importlib.import_module(module), func)(transcript)
 
 
 def mask_words(vocab_size: int) -> int:
@@ -55,7 +47,7 @@ class GrammarError(RuntimeError):
 class TokenGrammar:
     """Grammar `name` for one tokenizer and a model vocabulary of `vocab_size` (which may
     exceed the tokenizer's: those ids are never allowed). A turn's grammar is a function of
-    its prompt (`rlvr.agent.grammar`); each distinct source is compiled once (an LRU of
+    its prompt (`rlvr.engines.grammars`); each distinct source is compiled once (an LRU of
     `cache_size`), and each sample gets a copy of that pristine matcher (`start`)."""
 
     def __init__(self, name: str, tokenizer, vocab_size: int, cache_size: int = 256):
@@ -67,7 +59,7 @@ class TokenGrammar:
             raise ConfigError("TokenGrammar needs a grammar name (\"\" means unconstrained)")
         self.vocab_size = int(vocab_size)
         self.words = mask_words(self.vocab_size)
-        self.context_free = name in CONTEXT_FREE
+        self.context_free = is_context_free(name)
         self._hf = tokenizer
         self._tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size)
         self._compiled: OrderedDict[str, Any] = OrderedDict()

@@ -6,12 +6,14 @@ GPU box (e.g. a Qwen2.5-Coder directory) go through the same `load_policy`: only
 change, never code. Nothing is ever downloaded (`HF_HUB_OFFLINE=1`, `local_files_only`).
 A directory that cannot be a policy is refused with a `ModelDirError` that names the
 directory and what is wrong with it, before transformers produces a less helpful error.
+A loaded policy runs in `eval_mode` wherever it samples or scores.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,19 @@ class Policy:
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     model_dir: Path
     version: str
+
+
+@contextmanager
+def eval_mode(model):
+    """Run without dropout; give every module back the train/eval flag it had (an engine may
+    sample from the trainer's own model, which goes on training afterwards)."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def validate_model_dir(model_dir: Path | str) -> dict:

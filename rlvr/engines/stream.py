@@ -39,8 +39,9 @@ import numpy as np
 import torch
 
 from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.fast_decoder import FastDecoder
+from rlvr.engines.model_dir import eval_mode
 from rlvr.engines.sampling import check_params, process, sample, sample_uniforms
-from rlvr.engines.torch_engine import TorchEngine, _eval_mode, _FastDecoder
 
 # Slot-buffer lengths start at this many positions and double when a sequence outgrows them.
 KV_BLOCK = 256
@@ -62,8 +63,9 @@ class DecodeStream:
     """A running decode that sequences join (`add`) and leave (`step` returns them). One
     `SamplingParams` for all (their `max_new_tokens` caps each sequence's own limit)."""
 
-    def __init__(self, engine: TorchEngine, params: SamplingParams, *, seed: int,
-                 max_slots: int = 0):
+    def __init__(self, engine, params: SamplingParams, *, seed: int, max_slots: int = 0):
+        """`engine`: the `TorchEngine` whose model, prefix cache, grammars and counters the
+        stream uses (`TorchEngine.stream` opens it)."""
         if engine.backend != "fast":
             raise ValueError("continuous batching needs the torch engine's fast decoder "
                              f"(Llama-family models); this engine runs backend {engine.backend!r}")
@@ -75,8 +77,8 @@ class DecodeStream:
         self.stop_ids = frozenset(params.stop_token_ids)
         self.cache = engine.prefix_cache
         if self.cache.max_tokens:
-            engine._check_cache_weights()
-        self.dec = _FastDecoder(engine.model, engine.prefill_chunk_tokens)
+            engine.check_cache_weights()
+        self.dec = FastDecoder(engine.model, engine.prefill_chunk_tokens)
         self.dev = self.dec.dev
         self.queue: list[_Sequence] = []
         self._added = 0
@@ -98,7 +100,7 @@ class DecodeStream:
     def add(self, key: Hashable, prompt, *, sample_seed: int, max_new_tokens: int) -> None:
         """Queue a sequence; it is prefilled and samples its first token at the next `step`."""
         self._added += 1
-        prompt = self.engine._check_prompt(self._added - 1, prompt)
+        prompt = self.engine.check_prompt(self._added - 1, prompt)
         cap = self.params.max_new_tokens
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or not 1 <= max_new_tokens <= cap:
@@ -112,7 +114,7 @@ class DecodeStream:
     def step(self) -> list[tuple[Hashable, Sample]]:
         """Admit queued sequences, sample one token for every live one, retire those that
         stopped (returned, in slot order) and feed the others' tokens through the model."""
-        with torch.inference_mode(), _eval_mode(self.engine.model):
+        with torch.inference_mode(), eval_mode(self.engine.model):
             self._admit()
             if not self.live:
                 return []
@@ -277,7 +279,7 @@ class DecodeStream:
             (keys[None, :] > pos[:, None])[:, None, None, :], float("-inf"))
         slots = torch.arange(n, device=self.dev)
         for plan, K, V in zip(dec.layers, self.K, self.V):
-            q, k, v = dec._qkv(plan, x, (n,))
+            q, k, v = dec.qkv(plan, x, (n,))
             q, k = dec.rope(q, k, cos, sin)  # [n, heads, d]
             K[slots, :, pos] = k
             V[slots, :, pos] = v

@@ -57,7 +57,10 @@ from typing import Mapping, Sequence
 
 import httpx
 
+from rlvr.config import parse
 from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
+from rlvr.engines.grammars import grammar_source, is_context_free
+from rlvr.engines.model_dir import load_tokenizer
 from rlvr.engines.vllm_server import (
     VllmError,
     VllmServer,
@@ -312,6 +315,7 @@ class VllmEngine:
     ) -> list[Sample]:
         """One sample per prompt; sample i's stream is keyed by (seed, i), or by
         (seed, sample_seeds[i]) when given (as TorchEngine)."""
+        # lazy: sampling imports torch (~1.5 s); the client's params and server need none of it
         from rlvr.engines.sampling import check_params
 
         check_params(params)
@@ -353,20 +357,15 @@ class VllmEngine:
         """The Lark source of `params.grammar` for each prompt ("" without one). A grammar
         that reads the transcript needs the policy's tokenizer: that of the served
         directory (an attached engine has none)."""
-        from rlvr.engines.base import CONTEXT_FREE
-        from rlvr.engines.constraint import grammar_source
-
         if not params.grammar:
             return [""] * len(prompts)
-        if params.grammar in CONTEXT_FREE:
+        if is_context_free(params.grammar):
             return [grammar_source(params.grammar)] * len(prompts)
         if self._tokenizer is None:
             if self.server is None:
                 raise VllmRequestError(
                     f"decoding.grammar {params.grammar!r} reads the transcript, which needs the "
                     "policy's tokenizer; an engine attached to a server (base_url) has none")
-            from rlvr.engines.model_dir import load_tokenizer
-
             self._tokenizer = load_tokenizer(self.server.model_dir)
         return [grammar_source(params.grammar,
                                self._tokenizer.decode(list(p), skip_special_tokens=False))
@@ -380,6 +379,7 @@ class VllmEngine:
         (`prompt_logprobs=-1`; vLLM never applies sampling transforms to prompt logprobs)
         and `sampling.process_logits` applies temperature / top-k / top-p, exactly as for
         TorchEngine. Cost grows with vocab x length: meant for checks, not training."""
+        # lazy: sampling imports torch (~1.5 s); the client's params and server need none of it
         from rlvr.engines.sampling import check_params, process_logits
 
         check_params(params)
@@ -466,8 +466,6 @@ def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0", policy
     options are VllmEngineParams fields (`server:` nested), validated like params.yaml: an
     unknown or mistyped key is a ConfigError naming `<where>.<key>`. Close the engine (or
     use it as a context manager) to stop an owned server."""
-    from rlvr.config import parse
-
     params = parse(VllmEngineParams, options, where)
     return VllmEngine.launch(model_dir, params, policy_version=policy_version,
                              policy_step=policy_step, repo_root=repo_root)

@@ -1,6 +1,7 @@
 """Sandbox backends behind one protocol (see base.py): `bwrap` (default on Linux), `docker`."""
 from __future__ import annotations
 
+from rlvr.errors import ConfigError
 from rlvr.sandbox.base import Limits, Mount, RunResult, Sandbox, ServerHandle
 
 BACKENDS = ("bwrap", "docker")
@@ -9,15 +10,15 @@ BACKENDS = ("bwrap", "docker")
 def get_sandbox(name: str = "bwrap", **options) -> Sandbox:
     """The backend called `name`; raises SandboxUnavailable when it cannot run here."""
     if name == "bwrap":
+        # plugin boundary: a backend loads only when chosen; `Limits`/`Mount` users need neither
         from rlvr.sandbox.bwrap import BwrapSandbox
 
         return BwrapSandbox(**options)
     if name == "docker":
+        # plugin boundary: docker's backend (requests, the image builder) loads only when chosen
         from rlvr.sandbox.docker import DockerSandbox
 
         return DockerSandbox(**options)
-    from rlvr.errors import ConfigError
-
     raise ConfigError(f"sandbox backend: unknown '{name}' (known: {', '.join(BACKENDS)})")
 
 

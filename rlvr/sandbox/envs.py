@@ -5,11 +5,12 @@ the very library a task is about) and only pytest on docker, so the same task co
 one backend and fail on the other, and a suite could import the wrong copy of its own
 library. Now tested code sees exactly two layers on both backends:
 
-* the **runner layer**: pytest and its dependency closure (the `image.DISTRIBUTIONS` the
-  docker image carries), copied file by file from the environment rlvr runs in — the enclave
-  runner depends on that exact pytest. On bwrap it is a venv-shaped directory (pyvenv.cfg,
-  `bin/python3` -> the host's base interpreter, `lib/pythonX.Y/site-packages`) mounted at
-  `/opt/rlvr/venv`; on docker it is the image's own site-packages (the same files).
+* the **runner layer**: pytest and its dependency closure (`DISTRIBUTIONS`; the docker
+  image, rlvr.sandbox.image, carries the same), copied file by file from the environment
+  rlvr runs in — the enclave runner depends on that exact pytest. On bwrap it is a
+  venv-shaped directory (pyvenv.cfg, `bin/python3` -> the host's base interpreter,
+  `lib/pythonX.Y/site-packages`) mounted at `/opt/rlvr/venv`; on docker it is the image's
+  own site-packages (the same files).
 * the **task layer**: the task's (or family's) declared dependencies, pinned `name==version`,
   installed *offline* from a wheelhouse (`pip install --no-index --find-links WHEELHOUSE
   --target ...`) into a directory keyed by the content hash of the pins and the wheels used;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata as md
 import json
 import os
 import re
@@ -51,6 +53,9 @@ PTH_LINE = (f"import os, site; os.path.isdir({TASKENV_TARGET!r}) and "
             f"site.addsitedir({TASKENV_TARGET!r})\n")
 FORMAT_VERSION = "1"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
+# The runner layer's distributions (in the docker image and bwrap's runner venv alike):
+# pytest's dependency closure is added automatically.
+DISTRIBUTIONS = ("pytest", "pytest-timeout")
 _LOCK = threading.Lock()
 _RUNNER_MEMO: dict[str, Path] = {}
 
@@ -106,9 +111,38 @@ def parse_dependencies(value, where: str) -> tuple[str, ...]:
 # ---- the runner layer -------------------------------------------------------------------------
 @functools.lru_cache(maxsize=1)
 def runner_distributions():
-    from rlvr.sandbox.image import DISTRIBUTIONS, _distribution_closure
+    return distribution_closure(list(DISTRIBUTIONS))
 
-    return _distribution_closure(list(DISTRIBUTIONS))
+
+def distribution_closure(names) -> list[md.Distribution]:
+    """`names` and everything they require (markers evaluated for this interpreter, no
+    extras), as installed in the environment rlvr runs in."""
+    from packaging.requirements import Requirement
+
+    seen: dict[str, md.Distribution] = {}
+    todo = list(names)
+    required = set(names[:1])
+    while todo:
+        name = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            if name in required:
+                raise SandboxUnavailable(
+                    f"sandbox image: {name} is not installed in {sys.prefix}; it must be, "
+                    "since the image copies it from there"
+                ) from None
+            continue
+        seen[key] = dist
+        for req in dist.requires or ():
+            r = Requirement(req)
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(r.name)
+                required.add(r.name)
+    return list(seen.values())
 
 
 def runner_versions() -> dict[str, str]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata as md
 import io
 import os
 import re
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.errors import SandboxUnavailable
+from rlvr.sandbox.envs import DISTRIBUTIONS, PTH_LINE, PTH_NAME, distribution_closure
 
 REPOSITORY = "rlvr-sandbox"
 # Bumped whenever the layout below changes in a way the file hash would not notice.
@@ -50,8 +50,6 @@ FORMAT_VERSION = "2"  # 2: the task-layer .pth (rlvr.sandbox.envs)
 PREFIX = "/opt/python"
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
-# Distributions copied into the image: pytest's dependency closure is added automatically.
-DISTRIBUTIONS = ("pytest", "pytest-timeout")
 TOOLS = (
     "sh", "dash", "bash", "env", "cat", "ls", "sleep", "true", "false", "echo", "printf",
     "mkdir", "rm", "rmdir", "cp", "mv", "ln", "touch", "chmod", "head", "tail", "wc", "id",
@@ -222,37 +220,6 @@ def _ldd(paths: list[str]) -> set[str]:
     return libs
 
 
-def _distribution_closure(names) -> list[md.Distribution]:
-    """`names` and everything they require (markers evaluated for this interpreter, no
-    extras), as installed in the environment rlvr runs in."""
-    from packaging.requirements import Requirement
-
-    seen: dict[str, md.Distribution] = {}
-    todo = list(names)
-    required = set(names[:1])
-    while todo:
-        name = todo.pop()
-        key = re.sub(r"[-_.]+", "-", name).lower()
-        if key in seen:
-            continue
-        try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            if name in required:
-                raise SandboxUnavailable(
-                    f"sandbox image: {name} is not installed in {sys.prefix}; it must be, "
-                    "since the image copies it from there"
-                ) from None
-            continue
-        seen[key] = dist
-        for req in dist.requires or ():
-            r = Requirement(req)
-            if r.marker is None or r.marker.evaluate({"extra": ""}):
-                todo.append(r.name)
-                required.add(r.name)
-    return list(seen.values())
-
-
 def plan_rootfs() -> RootFS:
     """Decide what goes into the image (no file is copied yet)."""
     fs = RootFS()
@@ -297,7 +264,7 @@ def plan_rootfs() -> RootFS:
 
     # pytest & co. from the running environment, dist-info included.
     site = f"{stdlib_dst}/site-packages"
-    for dist in _distribution_closure(list(DISTRIBUTIONS)):
+    for dist in distribution_closure(list(DISTRIBUTIONS)):
         root = Path(dist.locate_file(""))
         for f in dist.files or ():
             src = Path(dist.locate_file(f))
@@ -313,8 +280,6 @@ def plan_rootfs() -> RootFS:
             if src.suffix == ".so":
                 elf_files.append(str(src))
     # The task layer's hook, as in the bwrap runner layer (rlvr.sandbox.envs).
-    from rlvr.sandbox.envs import PTH_LINE, PTH_NAME
-
     fs.add_data(f"{site}/{PTH_NAME}", PTH_LINE.encode())
 
     # The merged-/usr top-level links, so `/bin/sh` and friends resolve as on the host.
