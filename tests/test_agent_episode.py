@@ -11,7 +11,8 @@ import pytest
 
 from agentkit import ReplayEngine, WrappedEngine, count_task, leak_lines, tiny_policy_dir
 from rlvr.agent.collector import Collector, episode_specs
-from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig, run_episode
+from rlvr.agent.drive import run_episode, step_token
+from rlvr.agent.episode import Budgets, Decoding, Episode, EpisodeConfig
 from rlvr.agent.passport import apply_verdict, deterministic_view, passport_row, rebuild_check
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.tools import format_tool_call
@@ -188,8 +189,6 @@ def test_a_diff_the_patch_policy_refuses_records_the_policy_version(codec):
     """Policy code run by `run_tests` can write any file into the workspace; the diff then
     touches a build file, the static policy refuses it, and the row names the patch policy
     (not the enclave, which never saw it) as what decided its outcome."""
-    from rlvr.agent.collector import step_token
-    from rlvr.agent.episode import Episode
     from rlvr.tasks.patches import PATCH_POLICY_VERSION
 
     cfg = config(codec)

@@ -5,26 +5,12 @@ import json
 
 import jsonschema
 import pytest
+from callkit import VALID_CALLS
 
 from rlvr.agent.executor import cap_text
 from rlvr.agent.hunks import HunkError, apply_hunk
 from rlvr.agent.tools import (ACTION_ERRORS, TOOL_NAMES, TOOL_SCHEMAS, format_tool_call,
                               parse_action, validate_call)
-
-VALID_CALLS = [
-    ("view", {"path": "mini/core.py"}),
-    ("view", {"path": "mini/core.py", "start": 2, "end": 9}),
-    ("view", {"path": "."}),
-    ("search", {"pattern": "def count"}),
-    ("search", {"pattern": "limit", "path": "mini"}),
-    ("run_tests", {}),
-    ("run_tests", {"path": "tests/test_public.py::test_x"}),
-    ("edit", {"path": "a.py", "old": "x < 1", "new": "x <= 1"}),
-    ("edit", {"path": "a.py", "old": "pass\n", "new": ""}),
-    ("edit", {"path": "a.py", "hunk": "@@ -1,1 +1,1 @@\n-a\n+b\n"}),
-    ("edit", {"suspect": 2, "old": "<", "new": "<="}),
-    ("submit", {}),
-]
 
 
 @pytest.mark.parametrize("name,args", VALID_CALLS)

@@ -7,7 +7,8 @@ import pytest
 
 from agentkit import ReplayEngine, count_task, tiny_policy_dir
 from rlvr.agent.collector import episode_specs
-from rlvr.agent.episode import Budgets, Episode, EpisodeConfig, run_episode
+from rlvr.agent.drive import run_episode, step_token
+from rlvr.agent.episode import Budgets, Episode, EpisodeConfig
 from rlvr.agent.passport import (apply_verdict, apply_verdicts, needs_verdict, outcome_summary,
                                  passport_row, read_trajectories, rebuild_check,
                                  write_trajectories)
@@ -50,8 +51,6 @@ def submitted(cfg):
 @pytest.fixture(scope="module")
 def refused(cfg):
     """A diff touching a build file: the static patch policy refuses it at rollout time."""
-    from rlvr.agent.collector import step_token
-
     spec = episode_specs(count_task(), 3, cfg.run_seed)[2]
     ep = Episode(spec, cfg, engine_name="replay")
     ep.start()

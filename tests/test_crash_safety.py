@@ -45,8 +45,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from taskkit import FIXED_CORE, HIDDEN_TEST, write_task
-from test_operators import write_family
+from taskkit import FIXED_CORE, HIDDEN_TEST, write_family, write_task
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_LOCK = "data/real/corpus.toml"

@@ -17,6 +17,7 @@ from rlvr.artifacts.io import read_table
 from rlvr.errors import ConfigError
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.pool import save_tasks, select_tasks
+from rlvr.teachers.acting import open_engine
 from stages import rollout as stage
 
 
@@ -30,6 +31,11 @@ def same(a: list[dict], b: list[dict]) -> bool:
     """Equal up to wall-clock columns (NaN logprobs of teacher tokens compare equal)."""
     return (json.dumps(deterministic_view(a), sort_keys=True)
             == json.dumps(deterministic_view(b), sort_keys=True))
+
+
+def roll(tasks, params, sandbox, parts_root, **kwargs) -> list[dict]:
+    """`roll_out` with the engine `params` names, built as the stage builds it."""
+    return lib.roll_out(tasks, params, sandbox, parts_root, open_engine=open_engine, **kwargs)
 
 
 def write_params(path: Path, **rollout) -> Path:
@@ -135,7 +141,7 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(tmp_path, task
                                                                   bwrap_sandbox):
     params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
     tasks = select_tasks([tasks_file], params.split, 0, params.seed)
-    reference = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-a")
+    reference = roll(tasks, params, sandbox, tmp_path / "parts-a")
 
     written: list[str] = []
 
@@ -145,12 +151,11 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(tmp_path, task
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
+        roll(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
     shards = list((tmp_path / "parts-b").rglob("*.parquet"))
     assert len(shards) == 2
     rerun: list[str] = []
-    resumed = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b",
-                           on_group_written=rerun.append)
+    resumed = roll(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=rerun.append)
     assert len(rerun) == 1 and rerun[0] not in written  # nothing redone, nothing lost
     assert same(resumed, reference)
     # the resumed groups keep the timings they were measured with (the shards hold them)
@@ -167,7 +172,7 @@ def test_resume_with_the_torch_policy_replays_partial_waves(tmp_path, tasks_file
         budgets={"max_turns": 3, "max_new_tokens_per_turn": 24,
                  "max_new_tokens_per_episode": 60}))
     tasks = select_tasks([tasks_file], params.split, 0, params.seed)
-    reference = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-a")
+    reference = roll(tasks, params, sandbox, tmp_path / "parts-a")
     assert {r["engine"] for r in reference} == {"torch"}
     assert all(r["logprobs_kind"] == "behaviour" for r in reference)
 
@@ -175,8 +180,8 @@ def test_resume_with_the_torch_policy_replays_partial_waves(tmp_path, tasks_file
         raise KeyboardInterrupt  # right after the first group of the first wave
 
     with pytest.raises(KeyboardInterrupt):
-        lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
-    resumed = lib.roll_out(tasks, params, sandbox, tmp_path / "parts-b")
+        roll(tasks, params, sandbox, tmp_path / "parts-b", on_group_written=interrupt)
+    resumed = roll(tasks, params, sandbox, tmp_path / "parts-b")
     assert same(resumed, reference)
 
 
@@ -218,8 +223,8 @@ def test_a_later_sampling_round_neither_replays_nor_collides(tmp_path, tasks_fil
                                                             bwrap_sandbox):
     params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
     tasks = select_tasks([tasks_file], params.split, 0, params.seed)[:2]
-    first = lib.roll_out(tasks, params, sandbox, tmp_path / "parts")
-    again = lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=1)
+    first = roll(tasks, params, sandbox, tmp_path / "parts")
+    again = roll(tasks, params, sandbox, tmp_path / "parts", sampling_round=1)
     # round 0 keeps today's ids; round 1 is its own group and its own random streams
     assert [r["group_id"] for r in first] == [f"{t.task_id}@s3" for t in tasks for _ in "ab"]
     assert [r["group_id"] for r in again] == [f"{t.task_id}@s3r1" for t in tasks for _ in "ab"]
@@ -229,10 +234,10 @@ def test_a_later_sampling_round_neither_replays_nor_collides(tmp_path, tasks_fil
     assert seeds[0] and seeds[1] and not seeds[0] & seeds[1]
     assert all(rebuild_check(r) == [] for r in again)
     # the same round again is a replay: resumed from its shards, identical
-    assert same(lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=1),
+    assert same(roll(tasks, params, sandbox, tmp_path / "parts", sampling_round=1),
                 again)
     with pytest.raises(ConfigError, match="sampling_round must be >= 0"):
-        lib.roll_out(tasks, params, sandbox, tmp_path / "parts", sampling_round=-1)
+        roll(tasks, params, sandbox, tmp_path / "parts", sampling_round=-1)
 
 
 def test_roll_out_in_process_with_a_live_engine_and_sandbox(tmp_path, tasks_file,
@@ -240,9 +245,9 @@ def test_roll_out_in_process_with_a_live_engine_and_sandbox(tmp_path, tasks_file
     """What a training loop does: its own engine and sandbox, no checkpoint directory."""
     params, sandbox = lib.load_params(write_params(tmp_path / "params.yaml"))
     tasks = select_tasks([tasks_file], params.split, 0, params.seed)[:2]
-    engine = lib.open_engine(params)
+    engine = open_engine(params)
     live = lib.roll_out(tasks, params, sandbox, None, engine=engine, sandbox=bwrap_sandbox)
-    assert same(live, lib.roll_out(tasks, params, sandbox, tmp_path / "parts"))
+    assert same(live, roll(tasks, params, sandbox, tmp_path / "parts"))
     assert {r["engine"] for r in live} == {engine.name}
 
 
@@ -291,11 +296,11 @@ def test_a_trained_checkpoint_is_rolled_out_at_the_policy_step_it_records(tmp_pa
     shutil.copytree(tiny_policy_dir(), ckpt)
     params, _ = lib.load_params(write_params(tmp_path / "p.yaml", engine="torch",
                                              model_dir=str(ckpt)))
-    assert lib.open_engine(params).policy_step == 0          # no card: an initial policy
+    assert open_engine(params).policy_step == 0          # no card: an initial policy
     (ckpt / "training.json").write_text(json.dumps({"policy_step": 7, "trainer": "x"}))
-    assert lib.open_engine(params).policy_step == 7
+    assert open_engine(params).policy_step == 7
     teacher, _ = lib.load_params(write_params(tmp_path / "t.yaml", model_dir=str(ckpt)))
-    assert lib.open_engine(teacher).policy_version.startswith("scripted")  # tokenizer only
+    assert open_engine(teacher).policy_version.startswith("scripted")  # tokenizer only
     (ckpt / "training.json").write_text(json.dumps({"policy_step": -1}))
     with pytest.raises(ConfigError, match="training.json: policy_step -1"):
-        lib.open_engine(params)
+        open_engine(params)

@@ -121,13 +121,15 @@ def test_verdicts_are_written_back_into_the_passports(pools, tmp_path, capsys, m
     from rlvr.agent.passport import needs_verdict, read_trajectories, write_trajectories
     from rlvr.agent.rollout import RolloutParams, TeacherParams, patch_rows, roll_out
     from rlvr.sandbox.params import SandboxParams
+    from rlvr.teachers.acting import open_engine
 
     monkeypatch.setenv("RLVR_TRACKING", "off")
     root, tasks, paths = pools
     (tmp_path / "params.yaml").write_text(PARAMS)
     params = RolloutParams(engine="scripted", model_dir=str(tiny_policy_dir()), split="",
                            group_size=3, seed=1, teacher=TeacherParams(noise=0.5))
-    rows = roll_out(tasks, params, SandboxParams(workers=1), tmp_path / "parts")
+    rows = roll_out(tasks, params, SandboxParams(workers=1), tmp_path / "parts",
+                    open_engine=open_engine)
     traj_in, traj_out = tmp_path / "trajectories.parquet", tmp_path / "scored.parquet"
     write_trajectories(traj_in, rows)
     _patches(tmp_path / "p.parquet", patch_rows(rows))

@@ -323,7 +323,8 @@ def test_without_a_serve_api_the_cold_path_runs(tmp_path, bwrap_sandbox):
 
 
 def test_the_server_is_gone_when_the_episode_ends(tmp_path, bwrap_sandbox, warm_servers):
-    from rlvr.agent.episode import EpisodeConfig, EpisodeSpec, run_episode
+    from rlvr.agent.drive import run_episode
+    from rlvr.agent.episode import EpisodeConfig, EpisodeSpec
     from rlvr.agent.transcript import ChatCodec
 
     codec = ChatCodec.from_model_dir(tiny_policy_dir())

@@ -49,8 +49,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Literal, Sequence
 
-from rlvr.agent.episode import Episode, EpisodeConfig, EpisodeSpec, bind_teacher
-from rlvr.engines.base import StreamingEngine, Teacher, TextEngine, TokenEngine
+from rlvr.agent.drive import bind_teacher, step_text, step_token
+from rlvr.agent.episode import Episode, EpisodeConfig, EpisodeSpec
+from rlvr.engines.base import StreamingEngine, Teacher, TokenEngine
 from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
 
@@ -120,50 +121,6 @@ def release(ep: Episode) -> None:
     finally:
         if ep.workspace is not None:
             ep.workspace.close()
-
-
-# ---- one generation step ---------------------------------------------------------------------
-def step_token(engine: TokenEngine, episodes: Sequence[Episode], config: EpisodeConfig) -> float:
-    """One batched `generate` for every episode that may still generate; turn t of an
-    episode samples with the per-prompt seed derive_seed(reset_seed, "turn", t). The turn
-    records the engine's `policy_version` and `policy_step` at sampling time."""
-    limits = [ep.check_budget() for ep in episodes]
-    live = [(ep, n) for ep, n in zip(episodes, limits) if n > 0]
-    if not live:
-        return 0.0
-    params = config.sampling(max(n for _, n in live))
-    prompts = [ep.transcript.token_ids for ep, _ in live]
-    seeds = [ep.turn_seed() for ep, _ in live]
-    version, step = engine.policy_version, engine.policy_step
-    started = time.perf_counter()
-    samples = engine.generate(prompts, params, seed=config.run_seed, sample_seeds=seeds)
-    elapsed = time.perf_counter() - started
-    if len(samples) != len(live):
-        raise RuntimeError(f"engine {engine.name} returned {len(samples)} samples for "
-                           f"{len(live)} prompts")
-    for (ep, n), sample, s in zip(live, samples, seeds):
-        ep.accept_sample(sample.token_ids, sample.logprobs, limit=n, policy_version=version,
-                         policy_step=step, sample_seed=s, gen_seconds=elapsed)
-    return elapsed
-
-
-def step_text(teacher: TextEngine, episode: Episode, config: EpisodeConfig) -> float:
-    """One teacher turn. A failing teacher (network, server) is an infrastructure error."""
-    n = episode.check_budget()
-    if n <= 0:
-        return 0.0
-    seed = episode.turn_seed()
-    started = time.perf_counter()
-    try:
-        text = teacher.chat(list(episode.messages), seed=seed, max_tokens=n)
-    except Exception as exc:  # noqa: BLE001 - recorded as infra_error on this rollout
-        episode.infra_error = True
-        episode._stop("infra_error", f"teacher failed: {type(exc).__name__}: {exc}")
-        return time.perf_counter() - started
-    elapsed = time.perf_counter() - started
-    episode.accept_text(text, limit=n, policy_version=teacher.policy_version,
-                        sample_seed=seed, gen_seconds=elapsed)
-    return elapsed
 
 
 # ---- the collector ---------------------------------------------------------------------------

@@ -3,8 +3,8 @@
     start() -> [request() -> accept_sample()/accept_text() -> run_tool()]* -> finish()
 
 The collector drives many episodes at once (batched generation, tools in a thread pool);
-`run_episode` drives one alone. The state machine owns every decision, so the rules are the
-same on both paths:
+`rlvr.agent.drive.run_episode` drives one alone. The state machine owns every decision, so
+the rules are the same on both paths:
 
 * budgets (`Budgets`): max turns, max new tokens per turn and per episode, context window,
   tool timeout, observation cap, max invalid actions;
@@ -36,7 +36,7 @@ from rlvr.rl.reward import RewardParams
 from rlvr.agent.tools import ParsedAction, ToolCall, parse_action, tools_fingerprint
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace
-from rlvr.engines.base import Decoding, SamplingParams, Teacher, TextEngine, TokenEngine
+from rlvr.engines.base import Decoding, SamplingParams
 from rlvr.sandbox.base import Limits, Sandbox
 from rlvr.seeds import derive_seed
 from rlvr.tasks.model import Task
@@ -176,8 +176,7 @@ class Episode:
             self.workspace = Workspace.create(task, self.cfg.workspace_parent)
             self.initial_checksum = self.workspace.checksum()
         except Exception as exc:  # noqa: BLE001 - disk, git, ...: infrastructure, not the task
-            self.infra_error = True
-            self._stop("infra_error", f"workspace setup failed: {type(exc).__name__}: {exc}")
+            self.infra_failure(f"workspace setup failed: {type(exc).__name__}: {exc}")
             return
         self.executor = ToolExecutor(self.workspace, self.cfg.sandbox,
                                      timeout_s=self.budgets.tool_timeout_s,
@@ -325,8 +324,7 @@ class Episode:
             record.observation = result.observation
             record.observation_raw_chars = result.raw_chars
             record.observation_truncated = result.truncated
-            self.infra_error = True
-            self._stop("infra_error", result.detail or result.observation)
+            self.infra_failure(result.detail or result.observation)
             return
         self._observe(result.observation, result, close_turn=False)
 
@@ -353,6 +351,12 @@ class Episode:
         reason = "max_turns" if source == "max_turns" else "max_tokens"
         self.truncation_source = source
         self._stop(reason, detail)
+
+    def infra_failure(self, detail: str) -> None:
+        """Stop on an infrastructure failure (workspace, sandbox, teacher endpoint): never a
+        task failure, so the rollout carries no outcome."""
+        self.infra_error = True
+        self._stop("infra_error", detail)
 
     def _stop(self, reason: str, detail: str) -> None:
         self.stop_reason = reason
@@ -405,30 +409,3 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
     return str(v)
-
-
-def run_episode(spec: EpisodeSpec, engine: TokenEngine | Teacher,
-                config: EpisodeConfig) -> Episode:
-    """Drive one episode alone (text teachers; single-episode checks for token engines)."""
-    from rlvr.agent.collector import step_text, step_token
-
-    token = isinstance(engine, TokenEngine)
-    episode = Episode(spec, config, engine_name=engine.name)
-    episode.start()
-    bound = None if token else bind_teacher(engine, spec.task)
-    while not episode.done:
-        if episode.state == "generate":
-            if token:
-                step_token(engine, [episode], config)
-            else:
-                step_text(bound, episode, config)
-        elif episode.state == "tool":
-            episode.run_tool()
-    episode.finish()
-    return episode
-
-
-def bind_teacher(teacher: Teacher, task: Task) -> TextEngine:
-    """The teacher bound to one episode of `task`, which it sees as `teacher_view(task)`
-    (the scripted teacher plans from it; a stateless teacher returns itself)."""
-    return teacher.for_task(teacher_view(task))

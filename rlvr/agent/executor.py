@@ -219,7 +219,8 @@ class ToolExecutor:
                 if pattern in line:
                     total += 1
                     if len(matches) < MAX_MATCHES:
-                        shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + "..."
+                        shown = (line if len(line) <= MAX_LINE_CHARS
+                                 else line[:MAX_LINE_CHARS] + "...")
                         matches.append(f"{rel}:{no}: {shown}")
         if not total:
             return f"no matches for {pattern!r}", "ok", ""

@@ -36,8 +36,10 @@ checks that make it trustworthy without regeneration.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -49,6 +51,7 @@ from rlvr.rl.reward import (format_reward, length_fraction, rollout_outcome,
                             trajectory_reward)
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import as_table, read_table, write_tables
+from rlvr.artifacts.timings import read_sidecar, sidecar_rows
 from rlvr.errors import ArtifactError
 from rlvr.tasks.patches import PATCH_POLICY_VERSION
 
@@ -137,8 +140,6 @@ def passport_row(ep: Episode) -> dict[str, Any]:
 
 
 def _fields(obj) -> dict:
-    import dataclasses
-
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
@@ -297,16 +298,9 @@ def _same_turn(s: Mapping[str, Any], t: Mapping[str, Any], tol: float) -> bool:
 def timing_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The `schemas.TRAJECTORY_TIMINGS` rows of in-memory passports (`passport_row`); a row
     read back from a trajectories file has none (ArtifactError naming the trajectory)."""
-    out = []
-    for r in rows:
-        missing = [c for c in schemas.TRAJECTORY_TIMING_COLUMNS if c not in r]
-        if missing:
-            raise ArtifactError(f"trajectory {r.get('trajectory_id')!r}: no timing field(s) "
-                                f"{missing} (a passport read from disk keeps its timings in "
-                                "the sidecar)")
-        out.append({"trajectory_id": r["trajectory_id"],
-                    **{c: r[c] for c in schemas.TRAJECTORY_TIMING_COLUMNS}})
-    return out
+    return sidecar_rows(rows, "trajectory_id", schemas.TRAJECTORY_TIMING_COLUMNS,
+                        label="trajectory",
+                        why="a passport read from disk keeps its timings in the sidecar")
 
 
 # ---- table-level checks -----------------------------------------------------------------------
@@ -347,8 +341,8 @@ def read_trajectories(path: Path | str, *, contract: bool = True) -> pa.Table:
 
 def read_trajectory_timings(path: Path | str) -> dict[str, dict[str, Any]]:
     """trajectory_id -> its timing row, from a timings sidecar (`write_trajectories`)."""
-    table = read_table(path, schemas.TRAJECTORY_TIMINGS, contract="trajectory_timings")
-    return {r["trajectory_id"]: r for r in table.to_pylist()}
+    return read_sidecar(path, schemas.TRAJECTORY_TIMINGS, "trajectory_timings",
+                        itemgetter("trajectory_id"))
 
 
 # ---- the rebuild check --------------------------------------------------------------------------
@@ -453,7 +447,8 @@ def recompute_stop_reason(row: dict[str, Any]) -> str:
     fired = first_repetition(generated, rep)
     if fired is not None:
         # it must fire inside the last turn: the episode stops right after that turn
-        return "repetition" if fired >= len(generated) - last["gen_tokens"] else "<repetition fired earlier>"
+        return ("repetition" if fired >= len(generated) - last["gen_tokens"]
+                else "<repetition fired earlier>")
     if last["finish_reason"] == "length":
         return "max_tokens"
     if last["action_valid"] and last["tool_name"] == "submit":

@@ -1,14 +1,14 @@
 """Resumable rollouts: tasks -> groups of G multi-turn episodes -> rollout passports (SPEC §3).
 
 The `rollout` stage and any training or evaluation loop call the same `roll_out`: the stage
-builds its engine from params, a training loop passes the engine (and sandbox) it already
-holds and a `sampling_round` per re-sampling of the same tasks.
+has its engine built from params (`open_engine`), a training loop passes the engine (and
+sandbox) it already holds and a `sampling_round` per re-sampling of the same tasks.
 
 * `RolloutParams` / `load_params(path)` — the `rollout` section of params.yaml (+ `sandbox`);
-* `open_engine(params)` — the acting engine named by `rollout.engine`
-  (`rlvr.engines.build_engine`);
-* `roll_out(tasks, params, sandbox_params, parts_root, ...)` — every passport row, in a
-  fixed order (task order, then sample index);
+* `roll_out(tasks, params, sandbox_params, parts_root, engine=... | open_engine=...)` —
+  every passport row, in a fixed order (task order, then sample index). The engine named by
+  `rollout.engine` is built above the agent (`rlvr.teachers.acting.open_engine`: token
+  engines and teachers alike), so the caller hands it in, or the function that builds it;
 * `patch_rows(rows)` — the submitted diffs the extraction policy passed, as `schemas.PATCHES`
   rows (candidate_id = trajectory_id) for the verifier;
 * `summarize(rows, timings=None)` — stop-reason rates, parse errors, lengths, tokens, tool
@@ -26,13 +26,13 @@ fixed order — identical (up to wall-clock columns) to an uninterrupted run.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import statistics
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
@@ -45,19 +45,23 @@ from rlvr.agent.passport import (check_alignment, needs_verdict, parse_error_rat
 from rlvr.agent.repetition import RepetitionParams
 from rlvr.agent.transcript import ChatCodec
 from rlvr.artifacts import schemas
-from rlvr.artifacts.io import file_sha256, read_table, write_table
+from rlvr.artifacts.digest import file_sha256
+from rlvr.artifacts.io import read_table, write_table
+from rlvr.artifacts.timings import timings_of
 from rlvr.config import as_dict, load_section
 from rlvr.engines.base import Decoding, TokenEngine
-from rlvr.errors import ArtifactError, ConfigError, RlvrError
+from rlvr.errors import ConfigError, RlvrError
 from rlvr.progress import progress
 from rlvr.rl.reward import RewardParams
+from rlvr.sandbox import get_sandbox
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.model import Task
 
 
 @dataclass(frozen=True)
 class TeacherParams:
-    """`rollout.teacher`: the scripted teacher's constructor arguments (`build_engine`)."""
+    """`rollout.teacher`: the scripted teacher's constructor arguments
+    (`rlvr.teachers.acting.build_acting_engine`)."""
 
     noise: float = 0.2  # share of scripted-teacher episodes that submit a wrong/partial fix
     # rank guesses by the synthesis provenance (file/function/operator/line) too: a student
@@ -122,20 +126,6 @@ def load_params(path: Path) -> tuple[RolloutParams, SandboxParams]:
     return params, load_section(SandboxParams, "sandbox", path)
 
 
-def open_engine(params: RolloutParams):
-    """The acting engine named by `rollout.engine`, with `rollout.engine_options`; a token
-    engine acts at the `policy_step` its checkpoint records."""
-    from rlvr.engines import TOKEN_ENGINES, build_engine
-    from rlvr.engines.model_dir import checkpoint_policy_step
-
-    step = checkpoint_policy_step(params.model_dir) if params.engine in TOKEN_ENGINES else 0
-    return build_engine(params.engine, params.model_dir,
-                        policy_version=params.policy_version or None, policy_step=step,
-                        options=params.engine_options,
-                        teacher=dataclasses.asdict(params.teacher),
-                        max_turns=params.budgets.max_turns)
-
-
 def fingerprint(params: RolloutParams, sandbox: SandboxParams, tasks: list[Task],
                 policy_version: str, codec_source: Path, sampling_round: int = 0, *,
                 policy_step: int = 0) -> str:
@@ -175,23 +165,26 @@ def read_shard(path: Path) -> list[dict]:
 
 
 def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxParams,
-             parts_root: Path | None, *, engine=None, sandbox=None, sampling_round: int = 0,
-             on_group_written: Callable[[str], None] | None = None,
+             parts_root: Path | None, *, engine=None,
+             open_engine: Callable[[RolloutParams], Any] | None = None, sandbox=None,
+             sampling_round: int = 0, on_group_written: Callable[[str], None] | None = None,
              stats: dict | None = None) -> list[dict]:
     """Run (or resume) the rollouts of `tasks`; return every passport row in a fixed order.
 
-    `engine` / `sandbox`: use these (a training loop's live policy engine, an open sandbox)
-    instead of building them from params; an engine built here is closed here.
+    The engine: `engine`, a live one (a training loop's policy engine), or else the one
+    `open_engine` builds from `params` (`rlvr.teachers.acting.open_engine`: engines are built
+    by kind above the agent); an engine built here is closed here.
+    `sandbox`: an open sandbox to use instead of one made from `sandbox_params`.
     `sampling_round`: the r-th sampling of these tasks with these params — mixed into group
     and trajectory ids and every seed (round 0: `<task_id>@s<seed>`), so re-sampling with
     unchanged weights neither replays nor collides with an earlier round.
     `parts_root`: where checkpoint shards live (None: a temporary directory, no resumption).
     `stats` (if given) receives what this run spent: generate calls / seconds / prompts,
     wall seconds, the engine's busy fraction and the number of groups resumed from disk."""
-    from rlvr.sandbox import get_sandbox
-
     if sampling_round < 0:
         raise ConfigError(f"sampling_round must be >= 0 (got {sampling_round})")
+    if engine is None and open_engine is None:
+        raise TypeError("roll_out needs a live `engine` or `open_engine` to build one")
     codec = ChatCodec.from_model_dir(params.model_dir)
     sandbox = sandbox if sandbox is not None else get_sandbox(sandbox_params.backend)
     owned = engine is None
@@ -309,11 +302,7 @@ def summarize(rows: list[dict], timings: Mapping[str, Mapping[str, Any]] | None 
         "tokens_total_sum": sum(total),
     }
     if timings is not None:
-        missing = [r["trajectory_id"] for r in rows if r["trajectory_id"] not in timings]
-        if missing:
-            raise ArtifactError(f"no timings for {len(missing)} trajectory(ies), e.g. "
-                                f"{missing[0]!r}")
-        mine = [timings[r["trajectory_id"]] for r in rows]
+        mine = timings_of(rows, timings, itemgetter("trajectory_id"), "trajectory(ies)")
         out["tool_seconds_sum"] = round(sum(s for t in mine for s in t["tool_latency_s"]), 3)
         out["episode_seconds"] = dist([t["wall_seconds"] for t in mine])
     return out

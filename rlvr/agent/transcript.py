@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr.chat_format import EOS, IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
+from rlvr.engines.model_dir import load_tokenizer
 
 PROMPT_TURN = -1
 
@@ -79,8 +80,6 @@ class ChatCodec:
 
     @classmethod
     def from_model_dir(cls, model_dir: Path | str) -> "ChatCodec":
-        from rlvr.engines.model_dir import load_tokenizer
-
         return cls(load_tokenizer(model_dir), name=str(model_dir))
 
     @property

@@ -19,11 +19,11 @@ Design (and why it keeps today's isolation and today's observation):
   mode; on bwrap as the first uid of its range with the two as ambient capabilities,
   `supervisor_as_uid`, so the sandbox's fixed address layout holds and observations print
   what the cold path prints) and forks every run as its own unprivileged uid from the
-  private range the sandbox hands it; the host chowns the workspace to that uid before the run, exactly as the
-  cold backend chowns it to its per-call uid. The child therefore cannot signal, ptrace or
-  read the server, and it starts with none of the protocol fds. Without privilege
-  separation (rlvr not running as root) a child could kill its own server, so the warm path
-  declines and the cold path runs (`WarmUnavailable`).
+  private range the sandbox hands it; the host chowns the workspace to that uid before the
+  run, exactly as the cold backend chowns it to its per-call uid. The child therefore cannot
+  signal, ptrace or read the server, and it starts with none of the protocol fds. Without
+  privilege separation (rlvr not running as root) a child could kill its own server, so the
+  warm path declines and the cold path runs (`WarmUnavailable`).
 * The server imports pytest, its builtin plugins and the stdlib modules a run imports
   lazily, but never repository code: /work is off `sys.path` in the server, and the fault-
   localisation plugin is imported by each child (module state cannot leak across runs; a
@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr.sandbox.base import Limits, Mount, RunResult, Sandbox
+from rlvr.sandbox.bwrap import _chown_tree, _make_readable
 from rlvr.sandbox.channel import ReplyLines, ServerClosed, server_limits
 
 SERVER_SCRIPT = "rlvr_warm.py"
@@ -158,9 +159,7 @@ class WarmTestServer:
         modes = inspect.signature(serve).parameters if serve is not None else {}
         if "supervisor" not in modes:
             raise WarmUnavailable(f"{self.sandbox.name}: serve() has no supervisor mode")
-        from rlvr.sandbox.bwrap import _make_readable  # the cold backend's own preparation
-
-        for m in self.mounts:
+        for m in self.mounts:  # the cold backend's own preparation
             if not m.writable:
                 _make_readable(Path(m.source))
         argv = [self.sandbox.python, f"{self.tools_target}/{SERVER_SCRIPT}",
@@ -226,8 +225,6 @@ class WarmTestServer:
             if not self.alive():
                 raise WarmServerError("the warm test server is not running")
             uid = self.next_uid()
-            from rlvr.sandbox.bwrap import _chown_tree
-
             _chown_tree(self.writable, uid, uid)  # as the cold backend does per call
             os.chmod(self.writable, os.stat(self.writable).st_mode | 0o111)
             self._next_id += 1
@@ -246,7 +243,8 @@ class WarmTestServer:
             except (WarmServerError, TimeoutError, OSError, ValueError) as exc:
                 tail = getattr(self.handle, "stderr_tail", lambda: "")()
                 self.close()
-                raise WarmServerError(f"{type(exc).__name__}: {exc} {tail[-300:]}".strip()) from None
+                raise WarmServerError(
+                    f"{type(exc).__name__}: {exc} {tail[-300:]}".strip()) from None
             if reply.get("status") != "done":
                 self.close()
                 raise WarmServerError(f"server: {reply.get('detail', reply.get('status'))}")

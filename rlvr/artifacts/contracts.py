@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rlvr.artifacts.digest import file_sha256
 from rlvr.errors import ArtifactError
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -148,8 +149,6 @@ def _record_path(name: str, path: Path | str, schema: pa.Schema) -> Path | None:
     where = _record_dir()
     if where is None or name not in _SUITES:
         return None
-    from rlvr.artifacts.io import file_sha256
-
     try:
         digest = file_sha256(path)
     except OSError:

@@ -8,7 +8,6 @@ writer is gone (`sweep_leftovers`), never a live writer's.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,6 +15,12 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlvr.artifacts.contracts import check, check_file, record_validated
+from rlvr.errors import ArtifactError
 
 
 def _alive(pid: int) -> bool:
@@ -60,6 +65,7 @@ def temp_dir_beside(path: Path | str) -> Path:
     sweep_leftovers(path)
     return Path(tempfile.mkdtemp(prefix=temp_prefix(path), dir=path.parent))
 
+
 def replace_dir(new: Path, dest: Path) -> None:
     """Move the finished directory `new` onto `dest`, replacing it. Permissions are
     normalised first (temp dirs and files are created owner-only). Where the kernel can
@@ -100,12 +106,6 @@ def exchange_paths(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(b))
-
-
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from rlvr.errors import ArtifactError
 
 
 @contextmanager
@@ -156,8 +156,6 @@ def write_tables(parts: Iterable[tuple[Path | str, Iterable[dict] | pa.Table, pa
     """Several files of one stage (an artifact and its timings sidecar): every
     (path, rows, schema, contract) is built and checked before the first file is written,
     so a bad row in any of them leaves all the previous files in place."""
-    from rlvr.artifacts.contracts import check, record_validated
-
     tables = []
     for path, rows, schema, contract in parts:
         table = as_table(rows, schema, str(path))
@@ -205,19 +203,5 @@ def read_table(path: Path | str, schema: pa.Schema, contract: str | None = None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
         raise ArtifactError(f"{path}: columns do not match the schema: {exc}") from None
     if contract:
-        from rlvr.artifacts.contracts import check_file
-
         check_file(contract, table, path, schema)
     return table
-
-
-def file_sha256(path: Path | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

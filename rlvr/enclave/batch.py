@@ -27,14 +27,16 @@ import zlib
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_tables
+from rlvr.artifacts.timings import read_sidecar, sidecar_rows, timings_of
 from rlvr.config import load_section
 from rlvr.enclave.core import Enclave
-from rlvr.errors import ArtifactError, RlvrError, UnknownTaskError
+from rlvr.errors import RlvrError, UnknownTaskError
 from rlvr.progress import progress
 from rlvr.sandbox.params import SandboxParams
 from rlvr.seeds import derive_seed
@@ -115,16 +117,8 @@ def _measurements(wall_seconds: float, resources: Mapping[str, Any]) -> dict[str
 
 def verdict_timing_rows(rows: Sequence[Mapping]) -> list[dict]:
     """The `schemas.VERDICT_TIMINGS` rows of in-memory verdict rows (`verify_patches`)."""
-    out = []
-    for r in rows:
-        missing = [c for c in schemas.VERDICT_TIMING_COLUMNS if c not in r]
-        if missing:
-            raise ArtifactError(f"verdict {r.get('candidate_id')!r}: no timing field(s) "
-                                f"{missing} (a verdict read from disk keeps them in the "
-                                "sidecar)")
-        out.append({"candidate_id": r["candidate_id"],
-                    **{c: r[c] for c in schemas.VERDICT_TIMING_COLUMNS}})
-    return out
+    return sidecar_rows(rows, "candidate_id", schemas.VERDICT_TIMING_COLUMNS,
+                        label="verdict", why="a verdict read from disk keeps them in the sidecar")
 
 
 def write_verdicts(path: Path | str, rows: Sequence[Mapping], *,
@@ -145,8 +139,8 @@ def read_verdicts(path: Path | str) -> list[dict]:
 
 def read_verdict_timings(path: Path | str) -> dict[str, dict]:
     """candidate_id -> its measurements, from a verdicts timings sidecar."""
-    table = read_table(path, schemas.VERDICT_TIMINGS, contract="verdict_timings")
-    return {r["candidate_id"]: r for r in table.to_pylist()}
+    return read_sidecar(path, schemas.VERDICT_TIMINGS, "verdict_timings",
+                        itemgetter("candidate_id"))
 
 
 def _rates(rows: Sequence[Mapping]) -> dict:
@@ -180,11 +174,7 @@ def summarize_verdicts(rows: Sequence[Mapping],
         "by_origin": by_origin,
     }
     if timings is not None:
-        missing = [r["candidate_id"] for r in rows if r["candidate_id"] not in timings]
-        if missing:
-            raise ArtifactError(f"no timings for {len(missing)} verdict(s), e.g. "
-                                f"{missing[0]!r}")
-        mine = [timings[r["candidate_id"]] for r in rows]
+        mine = timings_of(rows, timings, itemgetter("candidate_id"), "verdict(s)")
         out["wall_seconds_total"] = round(sum(t["wall_seconds"] for t in mine), 3)
         out["cpu_seconds_total"] = round(sum(t["cpu_seconds"] or 0.0 for t in mine), 3)
         out["max_rss_kb"] = max((t["max_rss_kb"] or 0 for t in mine), default=0)

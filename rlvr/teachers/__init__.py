@@ -6,4 +6,7 @@ the policy's own sampled ids and behaviour log-probabilities). Two kinds:
 
 * `scripted` — a systematic debugger bound to one episode (`ScriptedTeacher.for_task`);
 * `openai` — any OpenAI-compatible chat endpoint (`OpenAIEngine`).
+
+`acting` builds any acting engine by kind, these and the token engines alike: the one
+dispatch over both sits on this floor, above the agent that runs them.
 """

@@ -33,6 +33,7 @@ from typing import Sequence
 
 import httpx
 
+from rlvr.config import parse
 from rlvr.errors import ConfigError, RlvrError
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -114,8 +115,6 @@ class OpenAIEngine:
     def from_options(cls, options: dict, where: str = "rollout.engine_options") -> "OpenAIEngine":
         """From a plain mapping of OpenAITeacherParams fields (a stage's `engine_options`),
         validated like params.yaml: a bad key is a ConfigError naming `<where>.<key>`."""
-        from rlvr.config import parse
-
         return cls(parse(OpenAITeacherParams, dict(options), where))
 
     def for_task(self, task) -> "OpenAIEngine":
@@ -157,7 +156,8 @@ class OpenAIEngine:
             message = _error_message(resp)
             if resp.status_code in (401, 403):
                 raise TeacherAuthError(
-                    f"{self.params.model} at {self.params.base_url}: HTTP {resp.status_code}: {message} "
+                    f"{self.params.model} at {self.params.base_url}: HTTP {resp.status_code}: "
+                    f"{message} "
                     f"(check {self.params.api_key_env or 'the API key'})"
                 )
             if resp.status_code in RETRY_STATUS or resp.status_code >= 500:
@@ -201,7 +201,8 @@ def _content(data: dict) -> str:
         raise TeacherResponseError(f"response has no choices: {str(data)[:200]}")
     choice = choices[0]
     if choice.get("finish_reason") == "content_filter":
-        raise TeacherResponseError("the provider filtered the answer (finish_reason content_filter)")
+        raise TeacherResponseError(
+            "the provider filtered the answer (finish_reason content_filter)")
     content = (choice.get("message") or {}).get("content")
     if isinstance(content, list):  # content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))

@@ -52,6 +52,9 @@ from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.prompt import TERSE_RUN_TESTS
 from rlvr.agent.tools import format_tool_call, parse_action
 from rlvr.tasks.model import Task
+from rlvr.tasks.operators import (OPERATORS, FunctionContext, compiles, find_function,
+                                  function_names)
+from rlvr.tasks.spans import SourceMap
 
 VERSION = "2"
 
@@ -336,8 +339,6 @@ class BoundTeacher:
 
     def _definitions(self) -> dict[str, list[tuple[str, str]]]:
         """function name (and qualname) -> [(path, qualname)] over the source files."""
-        from rlvr.tasks.operators import function_names
-
         out: dict[str, list[tuple[str, str]]] = {}
         for path in sorted(self.sources):
             try:
@@ -350,9 +351,6 @@ class BoundTeacher:
         return out
 
     def _candidates(self) -> list[Candidate]:
-        from rlvr.tasks.operators import OPERATORS, FunctionContext, compiles
-        from rlvr.tasks.spans import SourceMap
-
         hinted_ops = {op for _p, _f, op, _l in self.hints.sites if op}
         hinted_lines = {(p, line) for p, _f, _o, line in self.hints.sites if line}
         groups = list(dict.fromkeys(self.observed_counts))
@@ -451,11 +449,9 @@ class BoundTeacher:
         """`address: fix`: is `cand` an edit the student can make without copying — one
         named fix (rlvr.agent.fixes) of one line the last run_tests listed? Only those are
         tried, so every demonstration is copy-free."""
-        a, b = self.files[cand.path].split("\n"), cand.new_source.split("\n")
-        changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
-        return (len(a) == len(b) and len(changed) == 1
-                and (cand.path, changed[0] + 1) in self.listed
-                and fix_for(a[changed[0]], b[changed[0]]) is not None)
+        one = _changed_line(self.files[cand.path], cand.new_source)
+        return (one is not None and (cand.path, one[0] + 1) in self.listed
+                and fix_for(one[1], one[2]) is not None)
 
 
 def _local_names(fn: ast.AST) -> list[str]:
@@ -514,8 +510,6 @@ def _test_calls(test_source: str, test_name: str) -> list[str]:
 def function_lines(source: str, qualname: str) -> tuple[int, int]:
     """1-based (first, last) line of function `qualname` in `source` (the whole file when
     it is not found or does not parse)."""
-    from rlvr.tasks.operators import find_function
-
     try:
         node = find_function(_parsed(source), qualname)
         return node.lineno, node.end_lineno or node.lineno
@@ -532,8 +526,6 @@ def _parsed(source: str) -> ast.Module:
 
 def _function_at(source: str, line: int) -> str | None:
     """The qualname of the innermost function of `source` spanning `line`, if any."""
-    from rlvr.tasks.operators import function_names
-
     try:
         names = function_names(source)
     except SyntaxError:
@@ -555,15 +547,25 @@ def edit_args(path: str, current: str, target: str) -> dict[str, Any]:
     """The `edit` arguments turning `current` into `target`: line-addressed (`line`, and the
     shortest run of whole tokens `old` -> `new` that occurs once in that line) when exactly
     one line changes, else an exact-span replacement (`line_edit`)."""
-    a, b = current.split("\n"), target.split("\n")
-    changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
-    if len(a) == len(b) and len(changed) == 1:
-        i = changed[0]
-        old, new = _token_diff(a[i], b[i])
+    one = _changed_line(current, target)
+    if one is not None:
+        i, before, after = one
+        old, new = _token_diff(before, after)
         if old:
             return {"path": path, "line": i + 1, "old": old, "new": new}
     old, new, _ = line_edit(current, target)
     return {"path": path, "old": old, "new": new}
+
+
+def _changed_line(current: str, target: str) -> tuple[int, str, str] | None:
+    """(index, line before, line after) when `target` is `current` with exactly one line
+    changed (and none added or removed), else None: the edits a line number can address."""
+    a, b = current.split("\n"), target.split("\n")
+    changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(a) == len(b) and len(changed) == 1:
+        i = changed[0]
+        return i, a[i], b[i]
+    return None
 
 
 def _token_diff(before: str, after: str) -> tuple[str, str]:
@@ -571,13 +573,7 @@ def _token_diff(before: str, after: str) -> tuple[str, str]:
     blanks), widened one token at a time until `old` is non-blank and occurs exactly once in
     `before`; ("", "") if no such span exists."""
     ta, tb = _TOKEN.findall(before), _TOKEN.findall(after)
-    i = 0
-    while i < min(len(ta), len(tb)) and ta[i] == tb[i]:
-        i += 1
-    j = 0
-    while j < min(len(ta), len(tb)) - i and ta[len(ta) - 1 - j] == tb[len(tb) - 1 - j]:
-        j += 1
-    lo, hi_a, hi_b = i, len(ta) - j, len(tb) - j
+    lo, hi_a, hi_b = _differing_middle(ta, tb)
     while True:
         old = "".join(ta[lo:hi_a])
         if old.strip() and before.count(old) == 1:
@@ -590,17 +586,23 @@ def _token_diff(before: str, after: str) -> tuple[str, str]:
             return "", ""
 
 
-def line_edit(current: str, target: str) -> tuple[str, str, int]:
-    """(old, new, first line) turning `current` into `target` with one exact-span
-    replacement: the changed lines, widened until `old` occurs exactly once."""
-    a, b = current.split("\n"), target.split("\n")
+def _differing_middle(a: Sequence[str], b: Sequence[str]) -> tuple[int, int, int]:
+    """(lo, hi_a, hi_b): `a[lo:hi_a]` became `b[lo:hi_b]`, once the common prefix and the
+    common suffix (not overlapping the prefix) are trimmed off."""
     i = 0
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
     j = 0
     while j < min(len(a), len(b)) - i and a[len(a) - 1 - j] == b[len(b) - 1 - j]:
         j += 1
-    lo, hi_a, hi_b = i, len(a) - j, len(b) - j
+    return i, len(a) - j, len(b) - j
+
+
+def line_edit(current: str, target: str) -> tuple[str, str, int]:
+    """(old, new, first line) turning `current` into `target` with one exact-span
+    replacement: the changed lines, widened until `old` occurs exactly once."""
+    a, b = current.split("\n"), target.split("\n")
+    lo, hi_a, hi_b = _differing_middle(a, b)
 
     def span(lines: list[str], lo: int, hi: int) -> str:
         # whole lines with their newlines, so that inserting / deleting lines works
