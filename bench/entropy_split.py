@@ -5,7 +5,7 @@ tool call (from `<tool_call>` to the end of the turn).
 (about a third of the tokens at the CPU default's SFT start), which no verdict favours
 either way, and the grammar-constrained call that decides the reward. The trainer logs the
 split every step since it was found here (`train/entropy_call`, `train/entropy_reasoning`,
-the same `rlvr.train.grpo.call_region`); this bench measures it after the fact, for runs
+the same `rlvr.train.grpo_behaviour.call_region`); this bench measures it after the fact, for runs
 that predate it, on fixed transcripts: two policies scored teacher-forced on the *same*
 rollouts (the trainer's own `sequence_logprobs` under the replayed grammar masks, i.e. the
 distribution `train/entropy` measures), the start policy and a GRPO checkpoint, on the
@@ -39,7 +39,8 @@ from rlvr.agent.rollout import load_params as load_rollout_params  # noqa: E402
 from rlvr.engines.base import SamplingParams  # noqa: E402
 from rlvr.engines.constraint import TokenGrammar  # noqa: E402
 from rlvr.engines.model_dir import load_policy  # noqa: E402
-from rlvr.train.grpo import call_region, call_token_id, grammar_masks  # noqa: E402
+from rlvr.train.grpo_batch import grammar_masks  # noqa: E402
+from rlvr.train.grpo_behaviour import call_region, call_token_id  # noqa: E402
 from rlvr.engines.logprobs import sequence_logprobs  # noqa: E402
 
 

@@ -246,7 +246,7 @@ def stream_case(args) -> dict:
 
 
 def sft_case(args) -> dict:
-    from rlvr.train.config import load_sft_params
+    from rlvr.train.sft_config import load_sft_params
     from rlvr.train.demos import read_demonstrations
     from rlvr.train.sft import train_sft
     train, val = read_demonstrations(args.root / "artifacts/sft_data.parquet")

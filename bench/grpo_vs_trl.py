@@ -21,12 +21,12 @@ fresh subprocess (so its peak RSS is its own), TRL first, on:
 What each side runs per generation batch (one "loop step" = `--epochs` optimizer steps):
 * TRL: `GRPOTrainer.train()` as shipped: HF `generate` (no vLLM), reward, advantages, the
   old-logprob forward (μ > 1), and μ x (forward + loss + backward + AdamW step).
-* rlvr: the GRPO trainer's own pieces (`rlvr.train.grpo`), as its loop calls them, with
+* rlvr: the GRPO trainer's own pieces (`rlvr.train.grpo_*`), as its loop calls them, with
   this single-turn reward in place of the agent episode + enclave verdict: the in-process
   `TorchEngine.generate` on a separate copy of the weights (G members of a prompt share one
   prefill), `train_on` (the loop's training half: `update_policy` — per optimizer step one
   forward + SPEC §7 `grpo_loss` + backward per micro-batch, π_old = epoch 0's own detached
-  forward, the SFT trainer's AdamW backend — with the behaviour metrics the loop logs every
+  forward, the shared AdamW backend — with the behaviour metrics the loop logs every
   step, entropy + sampler/trainer logprob mismatch, taken from that same forward),
   `state_version` and `engine.sync_weights`. Every group is trained on (no dynamic
   sampling), as TRL does.
@@ -131,9 +131,10 @@ def run_ours(model_dir: Path, prompts: list[dict], a) -> dict:
     from rlvr.engines.torch_engine import TorchEngine
     from rlvr.rl.advantages import AdvantageConfig
     from rlvr.rl.loss import GRPOLossConfig
-    from rlvr.train.grpo import state_version, train_on
+    from rlvr.train.backend import BackendParams, build_backend
+    from rlvr.train.grpo_checkpoint import state_version
     from rlvr.train.grpo_config import GRPOParams
-    from rlvr.train.sft import _backend
+    from rlvr.train.grpo_update import train_on
 
     G, B, steps = a.group, a.prompts, a.steps + 1
     params = GRPOParams(
@@ -147,7 +148,7 @@ def run_ours(model_dir: Path, prompts: list[dict], a) -> dict:
     torch.manual_seed(0)
     policy = load_policy(model_dir, device="cpu", dtype="float32")
     model, tok = policy.model, policy.tokenizer
-    backend = _backend(model, params.optimizer_params())
+    backend = build_backend(model, BackendParams.of(params))
     engine = TorchEngine.from_model(copy.deepcopy(model), tok, policy_version=policy.version)
     decoding = Decoding(temperature=1.0, top_p=1.0, top_k=0)
     sp = SamplingParams.of(decoding, max_new_tokens=a.max_new,

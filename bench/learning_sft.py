@@ -42,10 +42,11 @@ from rlvr.evaluate.report import (build_report, pass_at_k_table, read_eval, writ
 from rlvr.evaluate.run import evaluate_checkpoint  # noqa: E402
 from rlvr.evaluate.sets import build_sets, manifest  # noqa: E402
 from rlvr.tasks.pool import select_tasks  # noqa: E402
-from rlvr.train.config import load_sft_params  # noqa: E402
+from rlvr.train.curves import LossCurves, write_loss_csv  # noqa: E402
 from rlvr.train.demos import select_demonstrations  # noqa: E402
 from rlvr.train.probe import parse_error_probe  # noqa: E402
-from rlvr.train.sft import LossCurves, train_sft, write_loss_csv  # noqa: E402
+from rlvr.train.sft import train_sft  # noqa: E402
+from rlvr.train.sft_config import load_sft_params  # noqa: E402
 
 TASKS = pipeline_pool(ROOT)
 

@@ -2,7 +2,7 @@
 copy rate and pass@1 against pretraining steps, model size and the number of demonstrations.
 
 The skill every fix needs first is copying a location out of the context: run_tests lists
-`path:line` suspects and the line-addressed edit must name one. `rlvr.train.probe.copy_probe`
+`path:line` suspects and the line-addressed edit must name one. `rlvr.train.copy_probe.copy_probe`
 measures it greedily on synthetic bugs (`rlvr.train.pretrain.repair_cases`) in two kinds of
 code: the training families' (which pretraining shows) and the held-out families' (never
 shown: a flagged path there can only be copied). Three sweeps, each one process:
@@ -46,7 +46,7 @@ from rlvr.engines.model_dir import count_parameters, load_policy  # noqa: E402
 from rlvr.tasks.splits import SplitParams  # noqa: E402
 from rlvr.train.pretrain import pretrain_policy, repair_cases, training_code  # noqa: E402
 from rlvr.train.policy_init import PolicyParams, build_random_policy  # noqa: E402
-from rlvr.train.probe import copy_probe  # noqa: E402
+from rlvr.train.copy_probe import copy_probe  # noqa: E402
 
 OUT = ROOT / "docs/learning/sweep"
 # the default (params.yaml `policy`) and the issue's ~7 M-parameter probe size
@@ -169,7 +169,7 @@ def sweep_demos(args) -> None:
     from rlvr.agent.passport import read_trajectories
     from rlvr.enclave.core import Enclave
     from rlvr.evaluate.params import load_params as load_eval_params
-    from rlvr.train.config import load_sft_params
+    from rlvr.train.sft_config import load_sft_params
     from rlvr.train.demos import select_demonstrations
     from rlvr.train.sft import train_sft
 
@@ -180,7 +180,7 @@ def sweep_demos(args) -> None:
     base = root / "models/policy-init"
     rows = read_trajectories(root / "artifacts/trajectories_verified.parquet").to_pylist()
     sel = select_demonstrations(rows, sft)
-    sets = _eval_sets(root, evalp)
+    sets = evaluation_sets(root, evalp, ("train", "heldout_function"))
     probe = combined_probe(probe_cases(probe_code(ROOT, split)), ChatCodec.from_model_dir(base))
     with Enclave(backend=sandbox.backend, limits=sandbox.limits.to_limits(),
                  workers=sandbox.workers, consensus_runs=evalp.consensus_runs) as enclave:
@@ -207,7 +207,7 @@ def copy_check(args) -> None:
     next-token accuracy on the repeats of fresh strings (1/3,900 by chance)."""
     import torch
 
-    from rlvr.train.config import DemoParams, EarlyStopParams, SFTParams
+    from rlvr.train.sft_config import DemoParams, EarlyStopParams, SFTParams
     from rlvr.train.demos import demo_row, token_hash
     from rlvr.train.sft import train_sft
 

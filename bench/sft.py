@@ -77,7 +77,7 @@ def make_data(n: int, seed: int = 0) -> list[dict]:
 
 
 def run_ours(model_dir: Path, rows: list[dict], a) -> dict:
-    from rlvr.train.config import EarlyStopParams, SFTParams
+    from rlvr.train.sft_config import EarlyStopParams, SFTParams
     from rlvr.train.sft import train_sft
 
     p = SFTParams(learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, epochs=1,

@@ -18,9 +18,10 @@ from rlvr.enclave.batch import VerifyParams, enclave_verifier
 from rlvr.errors import exit_on_error
 from rlvr.tasks.pool import select_tasks
 from rlvr.tracking.stage import stage_run
+from rlvr.train.curves import write_loss_csv
 from rlvr.train.grpo import train_grpo
 from rlvr.train.grpo_config import load_grpo_params
-from rlvr.train.sft import write_loss_csv
+from rlvr.train.grpo_draws import STATUSES
 from stages.common import parser
 
 PLOT_COLUMNS = ("step", "train/reward", "train/pass_at_1", "train/pass_at_k",
@@ -62,8 +63,7 @@ def main(argv: list[str] | None = None) -> None:
             "steps": result.steps, "policy_step": result.policy_step,
             "resumed_from": result.resumed_from, "tasks": len(tasks),
             "flags": result.flags,
-            "groups": {s: sum(g["status"] == s for g in result.ledger)
-                       for s in ("accepted", "identical_rewards", "infra_error", "surplus")},
+            "groups": {s: sum(g["status"] == s for g in result.ledger) for s in STATUSES},
             "curriculum": {k: v for k, v in result.curriculum.items() if k != "per_task"},
             "final": {k: v for k, v in last.items() if k.startswith("train/")},
             "seconds": round(result.seconds, 3),

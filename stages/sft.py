@@ -14,10 +14,11 @@ from rlvr.agent.rollout import load_params as load_rollout_params
 from rlvr.errors import exit_on_error
 from rlvr.tasks.pool import select_tasks
 from rlvr.tracking.stage import stage_run
-from rlvr.train.config import load_sft_params
+from rlvr.train.curves import LossCurves, write_loss_csv
 from rlvr.train.demos import select_demonstrations, write_selection
 from rlvr.train.probe import parse_error_probe
-from rlvr.train.sft import LossCurves, train_sft, write_loss_csv
+from rlvr.train.sft import train_sft
+from rlvr.train.sft_config import load_sft_params
 from stages.common import parser
 
 

@@ -5,7 +5,7 @@ metrics + `update_policy`) on the recorded groups in GROUPS (JSON) with the para
 (JSON); writes what this rank saw (metrics, pre-clip grad norms, a hash of its weights; rank
 0 also the weights).
 `loop BASE PARAMS OUT WORK REPORT`: the online loop (`train_grpo`) on agentkit's two tiny
-tasks with test_grpo's forced-fix engine and fake verifier; writes this rank's ledger,
+tasks with grpokit's forced-fix engine and fake verifier; writes this rank's ledger,
 curves, policy step, how often it called the verifier and the log callback."""
 from __future__ import annotations
 
@@ -16,27 +16,16 @@ from pathlib import Path
 
 import torch
 
-from rlvr.engines.base import SamplingParams
+from agentkit import count_task, take_task
+from grpokit import (FORCED_BUDGETS, SANDBOX, SCORING, fake_verifier, forced, recording_norms,
+                     small_rollout)
+from rlvr.agent.transcript import ChatCodec
 from rlvr.engines.model_dir import load_policy
-from rlvr.train import grpo
+from rlvr.train.backend import BackendParams, build_backend
+from rlvr.train.grpo import train_grpo
+from rlvr.train.grpo_checkpoint import state_version
 from rlvr.train.grpo_config import parse_grpo_params
-from rlvr.train.sft import _backend
-
-SCORING = SamplingParams(temperature=0.8)
-
-
-def recording_norms(backend) -> list[float]:
-    """Make `backend.step` append the (pre-clip) gradient norm it returns."""
-    norms: list[float] = []
-    step = backend.step
-
-    def recording(lr):
-        norms.append(step(lr))
-        return norms[-1]
-
-    backend.step = recording
-    return norms
-
+from rlvr.train.grpo_update import train_on
 
 def update(base: str, groups_file: str, params_json: str, report_dir: str) -> None:
     torch.set_num_threads(1)
@@ -45,22 +34,17 @@ def update(base: str, groups_file: str, params_json: str, report_dir: str) -> No
     params = parse_grpo_params(json.loads(params_json))
     model = load_policy(base).model
     model.train()
-    backend = _backend(model, params.optimizer_params())
+    backend = build_backend(model, BackendParams.of(params))
     assert backend.world == int(os.environ["WORLD_SIZE"]) and backend.rank == rank
     norms = recording_norms(backend)
-    metrics = grpo.train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
+    metrics = train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
     if rank == 0:
         torch.save(model.state_dict(), Path(report_dir, "weights.pt"))
     Path(report_dir, f"rank{rank}.json").write_text(json.dumps({
-        "metrics": metrics, "grad_norms": norms, "version": grpo.state_version(model)}))
+        "metrics": metrics, "grad_norms": norms, "version": state_version(model)}))
 
 
 def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> None:
-    from test_grpo import FORCED_BUDGETS, SANDBOX, _forced, _rollout, fake_verifier
-
-    from agentkit import count_task, take_task
-    from rlvr.agent.transcript import ChatCodec
-
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
     params = parse_grpo_params(json.loads(params_json))
@@ -70,14 +54,14 @@ def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> N
         calls.append(len(patches))
         return fake_verifier(tasks, patches)
 
-    result = grpo.train_grpo(base, [count_task(), take_task()], params,
-                             _rollout(**FORCED_BUDGETS), SANDBOX, out, work, verifier=verifier,
-                             wrap_engine=_forced(ChatCodec.from_model_dir(base)),
-                             log=lambda step, m: logged.append(step))
+    result = train_grpo(base, [count_task(), take_task()], params,
+                        small_rollout(**FORCED_BUDGETS), SANDBOX, out, work, verifier=verifier,
+                        wrap_engine=forced(ChatCodec.from_model_dir(base)),
+                        log=lambda step, m: logged.append(step))
     Path(report_dir, f"rank{rank}.json").write_text(json.dumps({
         "ledger": result.ledger, "curves": result.curves, "policy_step": result.policy_step,
         "resumed_from": result.resumed_from, "verifier_calls": len(calls), "logged": logged,
-        "version": grpo.state_version(result.model)}))
+        "version": state_version(result.model)}))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from rlvr.config import parse
-from rlvr.train.config import SFTParams
 from rlvr.train.sft import train_sft
+from rlvr.train.sft_config import SFTParams
 
 
 def main(base: str, rows_file: str, params_json: str, out: str, report_dir: str) -> None:

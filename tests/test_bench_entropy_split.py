@@ -8,7 +8,7 @@ import torch
 from agentkit import tiny_policy_dir
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.model_dir import load_policy
-from rlvr.train.grpo import call_token_id
+from rlvr.train.grpo_behaviour import call_token_id
 from scriptkit import load_script
 
 

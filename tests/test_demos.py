@@ -7,9 +7,9 @@ import pytest
 
 from rlvr.artifacts import schemas
 from rlvr.errors import ArtifactError
-from rlvr.train.config import DemoParams, SFTParams
 from rlvr.train.demos import (data_hash, read_demonstrations, select_demonstrations,
                               token_hash, write_selection)
+from rlvr.train.sft_config import DemoParams, SFTParams
 
 
 def rollout(tid: str, task: str = "t1", **over) -> dict:

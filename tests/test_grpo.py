@@ -3,7 +3,6 @@ rollouts in the bwrap policy sandbox, the update through rlvr/rl, checkpoints an
 and one step through the real enclave."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import json
@@ -11,43 +10,27 @@ import json
 import pytest
 import torch
 
-from agentkit import (WrappedEngine, count_task, record_grads, synthetic_groups, take_task,
-                      tiny_policy_dir)
-from rlvr.agent.episode import Budgets
-from rlvr.agent.rollout import RolloutParams
-from rlvr.agent.tools import format_tool_call, parse_action
+from agentkit import count_task, record_grads, synthetic_groups, take_task, tiny_policy_dir
+from grpokit import (FORCED_BUDGETS, SANDBOX, ForcedFix, fake_verifier, forced, small_params,
+                     small_rollout)
+from rlvr.agent.tools import parse_action
 from rlvr.agent.transcript import ChatCodec
-from rlvr.engines.base import Decoding, Sample, SamplingParams
+from rlvr.engines.base import Decoding, SamplingParams
 from rlvr.engines.model_dir import load_policy
 from rlvr.errors import ConfigError
-from rlvr.sandbox.params import SandboxParams
-from rlvr.train import grpo
-from rlvr.train.grpo_config import GRPOParams, parse_grpo_params
-from rlvr.train.sft import _backend
+from rlvr.train import grpo, grpo_draws, pathology
+from rlvr.train.backend import BackendParams, build_backend
+from rlvr.train.curriculum import Curriculum
+from rlvr.train.grpo_config import load_grpo_params, parse_grpo_params
+from rlvr.train.grpo_state import LoopState, versions_behind
+from rlvr.train.grpo_update import update_policy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-SANDBOX = SandboxParams(backend="bwrap", workers=1)
-FIX = format_tool_call("edit", {"path": "mini/core.py", "old": "if v <= limit:",
-                                "new": "if v < limit:"}, "Flip the comparison.")
-SUBMIT = format_tool_call("submit", {}, "Done.")
 
 
 @pytest.fixture(autouse=True)
 def quiet(monkeypatch):
     monkeypatch.setenv("RLVR_PROGRESS", "0")
-
-
-def _rollout(**budgets) -> RolloutParams:
-    b = {"max_turns": 3, "max_new_tokens_per_turn": 24, "max_new_tokens_per_episode": 60,
-         **budgets}
-    return RolloutParams(workers=1, budgets=Budgets(**b))
-
-
-def _params(**kw) -> GRPOParams:
-    base = {"steps": 1, "group_size": 2, "groups_per_step": 2, "tasks_per_draw": 2,
-            "max_draws": 2, "consensus_runs": 1, "learning_rate": 1e-2}
-    return parse_grpo_params({**base, **kw})
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
@@ -61,74 +44,11 @@ class NeverCalled:
         raise AssertionError(f"verifier called with {len(patches)} patches")
 
 
-def fake_verifier(tasks, patches):
-    """A deterministic stand-in for the enclave (the real one is in the last test): a diff
-    passes iff it makes count_below's comparison strict."""
-    return [{"task_id": p["task_id"], "candidate_id": p["candidate_id"], "origin": p["origin"],
-             "success": "+        if v < limit:" in p["patch"],
-             "reason": "none" if "+        if v < limit:" in p["patch"] else "tests_failed",
-             "runs": 1, "verifier_version": "test-fake", "safety_flags": [], "seed": 0}
-            for p in patches]
-
-
-class ForcedFix(WrappedEngine):
-    """The trained torch engine, except that at turn 0 the prompts at even batch positions
-    (= even sample indices of each group: the collector batches a wave's episodes in group,
-    then sample order) get the correct edit, and an episode that made it then submits.
-    Forced tokens carry the engine's own logprobs (`score`), so the trainer sees genuine
-    behaviour logprobs. `kill_at_start`: raise when that many groups were started (a
-    killed run); `starts` counts the turn-0 calls (one per group) this wrapper served."""
-
-    def __init__(self, inner, codec: ChatCodec, kill_at_start: int | None = None):
-        super().__init__(inner)
-        self.codec, self.kill_at_start = codec, kill_at_start
-        self.calls = self.starts = 0
-        self.fix, self.submit = (codec.encode_action(FIX) + [codec.im_end],
-                                 codec.encode_action(SUBMIT) + [codec.im_end])
-        self.name = "forced-fix"
-
-    def _has_fix(self, prompt) -> bool:
-        n, f = len(prompt), self.fix[:-1]
-        return any(list(prompt[i:i + len(f)]) == f for i in range(n - len(f) + 1))
-
-    def generate(self, prompts, params: SamplingParams, *, seed, sample_seeds=None):
-        self.calls += 1
-        if all(sum(1 for t in p if t == self.codec.im_start) <= 3 for p in prompts):
-            if self.kill_at_start is not None and self.starts == self.kill_at_start:
-                raise KeyboardInterrupt("killed")
-            self.starts += 1
-        forced = {}
-        for i, p in enumerate(prompts):
-            first = sum(1 for t in p if t == self.codec.im_start) <= 3
-            if first and i % 2 == 0:
-                forced[i] = self.fix
-            elif not first and self._has_fix(p):
-                forced[i] = self.submit
-        rest = [i for i in range(len(prompts)) if i not in forced]
-        real = self.inner.generate([prompts[i] for i in rest], params, seed=seed,
-                                   sample_seeds=[sample_seeds[i] for i in rest]
-                                   if sample_seeds is not None else None) if rest else []
-        out: list = [None] * len(prompts)
-        for i, s in zip(rest, real):
-            out[i] = s
-        for i, ids in forced.items():
-            out[i] = Sample(list(ids), self.inner.score(prompts[i], ids, params), "stop")
-        return out
-
-
-def _forced(codec, **kw):
-    return functools.partial(ForcedFix, codec=codec, **kw)
-
-
 def _run(tmp_path, params, *, tasks=None, verifier=fake_verifier, rollout=None, name="run",
          wrap=None):
     return grpo.train_grpo(tiny_policy_dir(), tasks or [count_task()], params,
-                           rollout or _rollout(), SANDBOX, tmp_path / f"{name}-out",
+                           rollout or small_rollout(), SANDBOX, tmp_path / f"{name}-out",
                            tmp_path / f"{name}-work", verifier=verifier, wrap_engine=wrap)
-
-
-FORCED_BUDGETS = {"max_turns": 3, "max_new_tokens_per_turn": 80,
-                  "max_new_tokens_per_episode": 200}
 
 
 # ---- dynamic sampling -------------------------------------------------------------------------
@@ -136,11 +56,11 @@ def test_identical_reward_groups_give_no_update_and_the_draw_cap_holds(tmp_path,
     """The untrained tiny policy never writes a valid call: every rollout ends at the
     invalid-action limit with reward 0, every group is uninformative. They are all dropped
     and logged, exactly `max_draws` draws are made, and the weights do not move."""
-    params = _params(steps=2, max_draws=3, tasks_per_draw=2, groups_per_step=2)
+    params = small_params(steps=2, max_draws=3, tasks_per_draw=2, groups_per_step=2)
     logged = []
     before = _weights(load_policy(tiny_policy_dir()).model)
-    result = grpo.train_grpo(tiny_policy_dir(), [count_task(), take_task()], params, _rollout(),
-                             SANDBOX, tmp_path / "out", tmp_path / "work",
+    result = grpo.train_grpo(tiny_policy_dir(), [count_task(), take_task()], params,
+                             small_rollout(), SANDBOX, tmp_path / "out", tmp_path / "work",
                              verifier=NeverCalled(), log=lambda s, m: logged.append((s, m)))
     assert [g["status"] for g in result.ledger] == ["identical_rewards"] * 12  # 2 steps x 3 x 2
     assert [g["draw"] for g in result.ledger] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
@@ -158,8 +78,8 @@ def test_identical_reward_groups_give_no_update_and_the_draw_cap_holds(tmp_path,
 
 def test_sampling_stops_once_the_target_of_informative_groups_is_met(tmp_path, bwrap_sandbox):
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
-    params = _params(groups_per_step=1, tasks_per_draw=1, max_draws=4)
-    result = _run(tmp_path, params, rollout=_rollout(**FORCED_BUDGETS), wrap=_forced(codec))
+    params = small_params(groups_per_step=1, tasks_per_draw=1, max_draws=4)
+    result = _run(tmp_path, params, rollout=small_rollout(**FORCED_BUDGETS), wrap=forced(codec))
     assert [g["status"] for g in result.ledger] == ["accepted"]  # one draw was enough
     assert result.policy_step == 1
 
@@ -169,9 +89,9 @@ def test_a_grammar_constrained_step_trains_on_replayed_masks(tmp_path, bwrap_san
     from their tokens: the first pass is still exactly π_old, and the trainer's logprobs
     match the sampler's (a missing mask would renormalise over the whole vocabulary)."""
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
-    rollout = dataclasses.replace(_rollout(**FORCED_BUDGETS),
+    rollout = dataclasses.replace(small_rollout(**FORCED_BUDGETS),
                                   decoding=Decoding(temperature=1.0, grammar="tool_call"))
-    params = _params(groups_per_step=1, tasks_per_draw=1, max_draws=4)
+    params = small_params(groups_per_step=1, tasks_per_draw=1, max_draws=4)
     own = []  # the policy's own (not forced) turns
 
     class Watched(ForcedFix):
@@ -201,15 +121,15 @@ def _update(params, model=None, groups=None, grads=None):
     model = model or load_policy(tiny_policy_dir()).model
     model.train()
     groups = groups or synthetic_groups(model)
-    backend = _backend(model, params.optimizer_params())
+    backend = build_backend(model, BackendParams.of(params))
     if grads is not None:
         record_grads(model, backend, grads)
-    out = grpo.update_policy(model, backend, groups, params, SamplingParams(), None, 0.0, 0)
+    out = update_policy(model, backend, groups, params, SamplingParams(), None, 0.0, 0)
     return model, out
 
 
 def test_the_ratio_is_exactly_one_on_the_first_pass(tmp_path):
-    params = _params(epochs=2, learning_rate=5e-2)
+    params = small_params(epochs=2, learning_rate=5e-2)
     model, out = _update(params)
     assert out["train/first_pass_ratio_dev"] == 0.0        # bit for bit, every token
     assert out["train/optimizer_steps"] == 2.0
@@ -222,7 +142,8 @@ def test_the_ratio_is_exactly_one_on_the_first_pass(tmp_path):
 @pytest.mark.parametrize("aggregation", ["constant", "token_mean", "seq_mean", "turn_mean"])
 def test_the_update_does_not_depend_on_the_micro_batch_layout(aggregation):
     def gradient(micro_tokens):
-        params = _params(micro_batch_tokens=micro_tokens, loss={"loss_aggregation": aggregation})
+        params = small_params(micro_batch_tokens=micro_tokens,
+                              loss={"loss_aggregation": aggregation})
         grads: list = []
         _update(params, grads=grads)
         (g,) = grads
@@ -241,7 +162,7 @@ def test_an_all_equal_group_contributes_exactly_no_gradient():
     for g in groups:
         g["rewards"] = [0.5, 0.5]
     before = _weights(model)
-    params = _params(grad_clip=0.0, weight_decay=0.0)
+    params = small_params(grad_clip=0.0, weight_decay=0.0)
     model, out = _update(params, model, groups)
     assert out["train/grad_norm"] == 0.0
     assert all(torch.equal(before[k], model.state_dict()[k]) for k in before)
@@ -253,7 +174,7 @@ def test_the_deepspeed_backend_gives_the_torch_update():
     the same AdamW to the same weights."""
     weights = {}
     for backend in ("torch", "deepspeed"):
-        model, out = _update(_params(backend=backend, epochs=2))
+        model, out = _update(small_params(backend=backend, epochs=2))
         assert out["train/first_pass_ratio_dev"] == 0.0
         weights[backend] = _weights(model)
     for k in weights["torch"]:
@@ -263,10 +184,10 @@ def test_the_deepspeed_backend_gives_the_torch_update():
 def test_a_killed_run_resumes_to_the_same_groups_and_weights(tmp_path, bwrap_sandbox):
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
     tasks = [count_task(), take_task()]
-    params = _params(steps=3, groups_per_step=4, tasks_per_draw=2, max_draws=2)
-    rollout = _rollout(**FORCED_BUDGETS)
+    params = small_params(steps=3, groups_per_step=4, tasks_per_draw=2, max_draws=2)
+    rollout = small_rollout(**FORCED_BUDGETS)
     whole = _run(tmp_path, params, tasks=tasks, rollout=rollout, name="whole",
-                 wrap=_forced(codec))
+                 wrap=forced(codec))
     assert whole.policy_step >= 2                # informative groups were trained on
     # a run killed when step 2's second draw starts (2 groups per draw, 2 draws per step:
     # the 7th group; the first draw of step 2 is on disk as rollout shards)
@@ -308,12 +229,12 @@ def test_a_longer_run_continues_a_shorter_one_and_a_shorter_one_reproduces(tmp_p
     1 step afterwards starts afresh (no checkpoint of <= 1 step is kept) and gives the
     1-step run's weights, not the 3-step ones."""
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
-    rollout = _rollout(**FORCED_BUDGETS)
-    one = _run(tmp_path, _params(steps=1), rollout=rollout, name="one", wrap=_forced(codec))
-    _run(tmp_path, _params(steps=2), rollout=rollout, name="grow", wrap=_forced(codec))
-    three = _run(tmp_path, _params(steps=3), rollout=rollout, name="grow", wrap=_forced(codec))
+    rollout = small_rollout(**FORCED_BUDGETS)
+    one = _run(tmp_path, small_params(steps=1), rollout=rollout, name="one", wrap=forced(codec))
+    _run(tmp_path, small_params(steps=2), rollout=rollout, name="grow", wrap=forced(codec))
+    three = _run(tmp_path, small_params(steps=3), rollout=rollout, name="grow", wrap=forced(codec))
     assert three.resumed_from == 2 and three.steps == 3
-    back = _run(tmp_path, _params(steps=1), rollout=rollout, name="grow", wrap=_forced(codec))
+    back = _run(tmp_path, small_params(steps=1), rollout=rollout, name="grow", wrap=forced(codec))
     assert back.resumed_from == 0 and back.steps == 1
     assert back.policy_version == one.policy_version != three.policy_version
     assert [c.name for c in sorted((tmp_path / "grow-work").glob("*/checkpoints/*"))] == [
@@ -323,31 +244,29 @@ def test_the_model_card_is_what_the_gate_reads(tmp_path, bwrap_sandbox):
     from rlvr.gate.inputs import read_training_metrics
 
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
-    result = _run(tmp_path, _params(steps=2), rollout=_rollout(**FORCED_BUDGETS),
-                  wrap=_forced(codec))
+    result = _run(tmp_path, small_params(steps=2), rollout=small_rollout(**FORCED_BUDGETS),
+                  wrap=forced(codec))
     tm = read_training_metrics(tmp_path / "run-out")
     assert [s for s, _ in tm.series("train/reward")] == [1, 2]
     for key in ("train/entropy", "train/length_mean", "train/loss_mean"):
         assert len(tm.series(key)) == 2, key
-    assert tm.flags == result.flags and set(tm.flags) == set(grpo.pathology.FLAGS)
+    assert tm.flags == result.flags and set(tm.flags) == set(pathology.FLAGS)
     assert not any(k.startswith(("time/", "memory/")) for c in tm.curves for k in c)
 
 
 
 # ---- async: bounded queue and staleness admission --------------------------------------------
 def test_admission_by_staleness():
-    p = _params(max_staleness=1, groups_per_step=1)
-    assert grpo.admit([1.0, 0.0], 1, 0, p) == "accepted"
-    assert grpo.admit([1.0, 0.0], 2, 0, p) == "stale"
-    assert grpo.admit([1.0, 0.0], 0, 1, p) == "surplus"
-    assert grpo.admit([0.0, 0.0], 5, 0, p) == "identical_rewards"   # no signal, stale or not
-    assert grpo.admit(None, 0, 0, p) == "infra_error"
+    p = small_params(max_staleness=1, groups_per_step=1)
+    assert grpo_draws.admit([1.0, 0.0], 1, 0, p) == "accepted"
+    assert grpo_draws.admit([1.0, 0.0], 2, 0, p) == "stale"
+    assert grpo_draws.admit([1.0, 0.0], 0, 1, p) == "surplus"
+    assert grpo_draws.admit([0.0, 0.0], 5, 0, p) == "identical_rewards"   # no signal, stale or not
+    assert grpo_draws.admit(None, 0, 0, p) == "infra_error"
 
 
 def test_stale_groups_are_dropped_and_logged_with_their_difficulty():
-    from rlvr.train.curriculum import Curriculum
-
-    params = _params(max_staleness=1, groups_per_step=2, tasks_per_draw=2, max_draws=1)
+    params = small_params(max_staleness=1, groups_per_step=2, tasks_per_draw=2, max_draws=1)
     cur = Curriculum(["a", "b"], params.curriculum, 2, 0)
 
     def row(task, i, reward, step):
@@ -355,12 +274,12 @@ def test_stale_groups_are_dropped_and_logged_with_their_difficulty():
                 "reward": reward, "reward_outcome": float(reward >= 1), "policy_step": step,
                 "n_trainable_tokens": 10}
 
-    draw = grpo.Draw(0, ["a", "b"], {"a": "hard", "b": "band"}, {"a": 0.0, "b": 0.5},
-                     [row("a", 0, 1.0, 1), row("a", 1, 0.0, 1),    # Δv = 3 - 1 = 2: stale
-                      row("b", 0, 1.0, 2), row("b", 1, 0.0, 2)],   # Δv = 1: admitted
-                     {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
-    state = grpo._State(policy_step=3, published=[1, 2, 3])   # one optimizer step per version
-    groups, _ = grpo.collect_groups(4, state, cur, lambda i: draw, params)
+    draw = grpo_draws.Draw(0, ["a", "b"], {"a": "hard", "b": "band"}, {"a": 0.0, "b": 0.5},
+                           [row("a", 0, 1.0, 1), row("a", 1, 0.0, 1),  # Δv = 3 - 1 = 2: stale
+                            row("b", 0, 1.0, 2), row("b", 1, 0.0, 2)],  # Δv = 1: admitted
+                           {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
+    state = LoopState(policy_step=3, published=[1, 2, 3])   # one optimizer step per version
+    groups, _ = grpo_draws.collect_groups(4, state, cur, lambda i: draw, params)
     assert [(g["task_id"], g["status"], g["staleness"], g["band"]) for g in groups] == [
         ("a", "stale", 2, "hard"), ("b", "accepted", 1, "band")]
     assert [g["status"] for g in state.ledger] == ["stale", "accepted"]
@@ -372,12 +291,10 @@ def test_staleness_counts_policy_versions_not_optimizer_steps():
     """SPEC §7 Δv is in policy versions: with epochs 2 x mini_batches 2 every update is 4
     optimizer steps but one version, so `max_staleness: 1` admits a draw sampled by the
     weights one update behind and drops one two updates behind."""
-    from rlvr.train.curriculum import Curriculum
-
-    params = _params(max_staleness=1, epochs=2, mini_batches=2, groups_per_step=2,
+    params = small_params(max_staleness=1, epochs=2, mini_batches=2, groups_per_step=2,
                      tasks_per_draw=3, max_draws=1)
     cur = Curriculum(["a", "b", "c"], params.curriculum, 2, 0)
-    state = grpo._State(policy_step=8, published=[4, 8])   # versions: 0 (base), 4, 8
+    state = LoopState(policy_step=8, published=[4, 8])   # versions: 0 (base), 4, 8
 
     def row(task, i, step):
         return {"group_id": f"{task}@s0", "task_id": task, "trajectory_id": f"{task}#{i}",
@@ -386,25 +303,26 @@ def test_staleness_counts_policy_versions_not_optimizer_steps():
 
     rows = [row("a", i, 8) for i in range(2)] + [row("b", i, 4) for i in range(2)] + [
         row("c", i, 0) for i in range(2)]
-    draw = grpo.Draw(0, ["a", "b", "c"], dict.fromkeys("abc", "band"), dict.fromkeys("abc", 0.5),
-                     rows, {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
-    groups, _ = grpo.collect_groups(3, state, cur, lambda i: draw, params)
+    draw = grpo_draws.Draw(0, ["a", "b", "c"], dict.fromkeys("abc", "band"),
+                           dict.fromkeys("abc", 0.5), rows,
+                           {"time/rollout_s": 0.0, "time/verify_s": 0.0, "time/generate_s": 0.0})
+    groups, _ = grpo_draws.collect_groups(3, state, cur, lambda i: draw, params)
     assert [(g["task_id"], g["staleness"], g["status"]) for g in groups] == [
         ("a", 0, "accepted"), ("b", 1, "accepted"), ("c", 2, "stale")]
-    assert [grpo.versions_behind(state, k) for k in (0, 3, 4, 7, 8)] == [2, 2, 1, 1, 0]
+    assert [versions_behind(state, k) for k in (0, 3, 4, 7, 8)] == [2, 2, 1, 1, 0]
 
 
 def test_async_mode_trains_from_a_bounded_queue(tmp_path, bwrap_sandbox):
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
     # queue of 1 + one draw in flight: a draw starts only once the one two before it was
     # taken, so (two informative groups per draw, one draw per step) Δv <= 2 = the bound
-    params = _params(steps=4, max_staleness=2, queue_size=1, groups_per_step=2,
+    params = small_params(steps=4, max_staleness=2, queue_size=1, groups_per_step=2,
                      tasks_per_draw=2, max_draws=2)
     logged = []
     result = grpo.train_grpo(tiny_policy_dir(), [count_task(), take_task()], params,
-                             _rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "out",
+                             small_rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "out",
                              tmp_path / "work", verifier=fake_verifier,
-                             wrap_engine=_forced(codec), log=lambda s, m: logged.append(m))
+                             wrap_engine=forced(codec), log=lambda s, m: logged.append(m))
     draws = [g["draw"] for g in result.ledger]
     assert draws == sorted(draws) and len(set(g["group_id"] for g in result.ledger)) == len(draws)
     assert all(g["staleness"] <= 2 for g in result.ledger if g["status"] == "accepted")
@@ -437,8 +355,6 @@ def test_grpo_params_name_the_bad_key(value, key):
 
 
 def test_the_repo_params_file_parses():
-    from rlvr.train.grpo_config import load_grpo_params
-
     p = load_grpo_params("params.yaml")
     assert p.passport()["loss_aggregation"] == p.loss.loss_aggregation
 
@@ -465,7 +381,7 @@ def test_a_grpo_step_through_the_real_enclave(tmp_path, bwrap_sandbox):
 
     task = _curated_count()
     codec = ChatCodec.from_model_dir(tiny_policy_dir())
-    params = _params(groups_per_step=1, tasks_per_draw=1, max_draws=1)
+    params = small_params(groups_per_step=1, tasks_per_draw=1, max_draws=1)
     calls = []
     before = _weights(load_policy(tiny_policy_dir()).model)
     with Enclave(backend="bwrap", workers=1, consensus_runs=1) as enclave:
@@ -475,9 +391,9 @@ def test_a_grpo_step_through_the_real_enclave(tmp_path, bwrap_sandbox):
                                   enclave=enclave, where="test")
 
         logged = []
-        result = grpo.train_grpo(tiny_policy_dir(), [task], params, _rollout(**FORCED_BUDGETS),
+        result = grpo.train_grpo(tiny_policy_dir(), [task], params, small_rollout(**FORCED_BUDGETS),
                                  SANDBOX, tmp_path / "out", tmp_path / "work",
-                                 verifier=verifier, wrap_engine=_forced(codec),
+                                 verifier=verifier, wrap_engine=forced(codec),
                                  log=lambda s, m: logged.append(m))
     assert calls == [1]                                     # only the submitted diff crossed
     (group,) = result.ledger

@@ -14,14 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from grpo_rank_worker import SCORING, recording_norms
 
-from agentkit import synthetic_groups
+from agentkit import count_task, synthetic_groups, take_task, tiny_policy_dir
+from grpokit import (FORCED_BUDGETS, SANDBOX, SCORING, fake_verifier, forced, recording_norms,
+                     small_rollout)
+from rlvr.agent.transcript import ChatCodec
 from rlvr.engines.model_dir import load_policy
 from rlvr.errors import ConfigError
-from rlvr.train import grpo
+from rlvr.train.backend import BackendParams, build_backend
+from rlvr.train.grpo import train_grpo
+from rlvr.train.grpo_batch import rank_groups
 from rlvr.train.grpo_config import parse_grpo_params
-from rlvr.train.sft import _backend
+from rlvr.train.grpo_update import train_on
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +46,10 @@ def _groups(model) -> list[dict]:
 
 
 def test_rank_groups_partition_a_mini_batch_by_whole_groups():
-    shards = [grpo.rank_groups([4, 5, 6], r, 2) for r in range(2)]
+    shards = [rank_groups([4, 5, 6], r, 2) for r in range(2)]
     assert shards == [[4, 6], [5]]
-    assert grpo.rank_groups([4, 5, 6], 0, 1) == [4, 5, 6]
-    assert grpo.rank_groups([7], 1, 2) == []      # a rank may hold no group of a mini-batch
+    assert rank_groups([4, 5, 6], 0, 1) == [4, 5, 6]
+    assert rank_groups([7], 1, 2) == []      # a rank may hold no group of a mini-batch
 
 
 def _launch(*args, nproc=2):
@@ -79,9 +83,9 @@ def test_two_deepspeed_ranks_take_the_one_process_grpo_update(policy_dir, tmp_pa
     groups_file = tmp_path / "groups.json"
     groups_file.write_text(json.dumps(groups))
     params = parse_grpo_params(kw)
-    backend = _backend(model, params.optimizer_params())
+    backend = build_backend(model, BackendParams.of(params))
     norms = recording_norms(backend)
-    want = grpo.train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
+    want = train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
     report = tmp_path / "report"
     report.mkdir()
     _launch("update", policy_dir, groups_file,
@@ -123,17 +127,12 @@ def test_the_loop_on_two_ranks_draws_and_trains_as_one_process(tmp_path, bwrap_s
     """Two ranks (ZeRO 2) run step 1, are stopped, and resume from its checkpoint (every
     rank's optimizer partition) for step 2: the same groups, policy steps, curves and
     weights as one process's 2-step run. Rank 0 alone rolls out, verifies and logs."""
-    from test_grpo import FORCED_BUDGETS, SANDBOX, _forced, _rollout, fake_verifier
-
-    from agentkit import count_task, take_task, tiny_policy_dir
-    from rlvr.agent.transcript import ChatCodec
-
     base = tiny_policy_dir()
     tasks = [count_task(), take_task()]
-    whole = grpo.train_grpo(base, tasks, parse_grpo_params({**LOOP, "steps": 2}),
-                            _rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "one-out",
-                            tmp_path / "one-work", verifier=fake_verifier,
-                            wrap_engine=_forced(ChatCodec.from_model_dir(base)))
+    whole = train_grpo(base, tasks, parse_grpo_params({**LOOP, "steps": 2}),
+                       small_rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "one-out",
+                       tmp_path / "one-work", verifier=fake_verifier,
+                       wrap_engine=forced(ChatCodec.from_model_dir(base)))
     assert whole.policy_step == 2
     ds = {**LOOP, "backend": "deepspeed", "zero_stage": 2}
     reports = []
@@ -170,6 +169,6 @@ def test_the_loop_on_two_ranks_draws_and_trains_as_one_process(tmp_path, bwrap_s
     for name, a in whole.model.state_dict().items():
         assert torch.allclose(a, weights[name], atol=tol, rtol=0), name
     with pytest.raises(ConfigError, match="optimizer state of 2 rank"):   # one process
-        grpo.train_grpo(base, tasks, parse_grpo_params({**ds, "steps": 3}),
-                        _rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "x",
-                        tmp_path / "ds-work", verifier=fake_verifier)
+        train_grpo(base, tasks, parse_grpo_params({**ds, "steps": 3}),
+                   small_rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "x",
+                   tmp_path / "ds-work", verifier=fake_verifier)

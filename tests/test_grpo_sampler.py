@@ -17,13 +17,14 @@ import pytest
 import torch
 
 from agentkit import build_tiny_policy, count_task, tiny_policy_dir
+from grpokit import (FORCED_BUDGETS, SANDBOX, fake_verifier, forced, small_params,
+                     small_rollout)
 from rlvr.agent.transcript import ChatCodec
 from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
-from rlvr.train import grpo
+from rlvr.train.grpo import train_grpo
 from rlvr.train.grpo_config import parse_grpo_params
 from rlvr.train.sampler import Sampler, open_sampler
-from test_grpo import FORCED_BUDGETS, SANDBOX, _forced, _params, _rollout, fake_verifier
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_VENV = ROOT / ".venv-vllm"
@@ -71,15 +72,15 @@ def directory_server(monkeypatch):
 def _train(tmp_path, name, params, policy=None):
     policy = policy or tiny_policy_dir()
     codec = ChatCodec.from_model_dir(policy)
-    return grpo.train_grpo(policy, [count_task()], params, _rollout(**FORCED_BUDGETS), SANDBOX,
-                           tmp_path / f"{name}-out", tmp_path / f"{name}-work",
-                           verifier=fake_verifier, wrap_engine=_forced(codec))
+    return train_grpo(policy, [count_task()], params, small_rollout(**FORCED_BUDGETS), SANDBOX,
+                      tmp_path / f"{name}-out", tmp_path / f"{name}-work",
+                      verifier=fake_verifier, wrap_engine=forced(codec))
 
 
 def test_directory_sync_gives_the_in_process_update_bit_for_bit(tmp_path, bwrap_sandbox,
                                                                  directory_server):
-    memory = _train(tmp_path, "memory", _params(steps=3))
-    served = _train(tmp_path, "served", _params(steps=3, engine="vllm"))
+    memory = _train(tmp_path, "memory", small_params(steps=3))
+    served = _train(tmp_path, "served", small_params(steps=3, engine="vllm"))
     assert memory.policy_step >= 2                       # updates happened and were synced
     a, b = memory.model.state_dict(), served.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -101,8 +102,8 @@ def test_the_sampler_resumes_from_the_checkpoint_it_was_killed_after(tmp_path, b
                                                                       directory_server):
     """A server engine of a resumed run starts on the newest checkpoint directory (its
     weights are the trainer's), not on the base policy."""
-    _train(tmp_path, "grow", _params(steps=1, engine="vllm"))
-    grown = _train(tmp_path, "grow", _params(steps=2, engine="vllm"))
+    _train(tmp_path, "grow", small_params(steps=1, engine="vllm"))
+    grown = _train(tmp_path, "grow", small_params(steps=2, engine="vllm"))
     assert grown.resumed_from == 1
     first, second = directory_server
     assert first.started_on == tiny_policy_dir()
@@ -163,12 +164,12 @@ def test_two_grpo_steps_sampled_by_a_vllm_server(tmp_path, bwrap_sandbox, capsys
     options = {"server": {"venv": str(VLLM_VENV), "log_dir": str(tmp_path / "vllm-logs"),
                           "max_model_len": 2048}}
     logged = []
-    params = _params(steps=2, engine="vllm", engine_options=options)
+    params = small_params(steps=2, engine="vllm", engine_options=options)
     codec = ChatCodec.from_model_dir(policy)
-    result = grpo.train_grpo(policy, [count_task()], params, _rollout(**FORCED_BUDGETS),
-                             SANDBOX, tmp_path / "out", tmp_path / "work",
-                             verifier=fake_verifier, wrap_engine=_forced(codec),
-                             log=lambda s, m: logged.append(m))
+    result = train_grpo(policy, [count_task()], params, small_rollout(**FORCED_BUDGETS),
+                        SANDBOX, tmp_path / "out", tmp_path / "work",
+                        verifier=fake_verifier, wrap_engine=forced(codec),
+                        log=lambda s, m: logged.append(m))
     assert result.steps == 2 and result.policy_step >= 2
     assert [m["train/first_pass_ratio_dev"] for m in logged] == [0.0, 0.0]
     mismatch = [m["train/mismatch/logprob_abs_diff_max"] for m in logged]

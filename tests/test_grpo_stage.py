@@ -12,6 +12,7 @@ import yaml
 import stages.grpo
 from agentkit import count_task, tiny_policy_dir
 from rlvr.tasks.pool import save_tasks
+from rlvr.train.grpo_draws import STATUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,7 @@ def test_the_stage_writes_policy_card_metrics_and_curves(tmp_path, monkeypatch, 
     assert metrics["steps"] == 1 and set(metrics["flags"]) == set(card["flags"])
     # the untrained tiny policy solves nothing: its one group is dropped, and said so
     assert metrics["groups"]["identical_rewards"] == 1 and metrics["policy_step"] == 0
+    assert set(metrics["groups"]) == set(STATUSES)       # `stale` too: every status counted
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
     assert [r["step"] for r in rows] == ["1"] and "train_reward" in rows[0]
     assert (tmp_path / "policy-grpo" / "model.safetensors").is_file()

@@ -16,7 +16,7 @@ from rlvr.agent.transcript import ChatCodec
 from rlvr.agent.tools import format_tool_call
 from rlvr.train.pretrain import (PretrainParams, copy_drills, pretrain_policy, pretrain_rows,
                                  repair_cases, synthetic_episodes)
-from rlvr.train.probe import _copy_profile, copy_probe
+from rlvr.train.copy_probe import _copy_profile, copy_probe
 
 SOURCE = '''def clamp(x, lo, hi):
     """Clamp x into [lo, hi]."""

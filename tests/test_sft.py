@@ -4,48 +4,23 @@ the trained logits, DeepSpeed and torch take the same step, bad params are named
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
-from agentkit import token_ids
 
 from rlvr.config import parse
+from rlvr.engines.logprobs import logprobs_from_logits, sequence_logprobs
 from rlvr.engines.model_dir import load_policy, load_tokenizer, weights_fingerprint
 from rlvr.errors import ConfigError
-from rlvr.train.config import EarlyStopParams, LoraParams, SFTParams, parse_sft_params
+from rlvr.train.batching import micro_batches
+from rlvr.train.curves import LossCurves, write_loss_csv
 from rlvr.train.demos import data_hash
-from rlvr.engines.logprobs import logprobs_from_logits, sequence_logprobs
-from rlvr.train.sft import (EarlyStopper, LossCurves, collate, masked_nll, micro_batches,
-                            to_examples, train_sft, write_loss_csv)
+from rlvr.train.sft import EarlyStopper, collate, masked_nll, to_examples, train_sft
+from rlvr.train.sft_config import EarlyStopParams, LoraParams, SFTParams, parse_sft_params
+from sftkit import rows, transcript  # noqa: F401  (rows: the fixture)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def transcript(tok, i: int, turns: int = 3) -> dict:
-    """A synthetic multi-turn agent transcript as an SFT_DATA row: prompt and observations
-    masked out, each action + <|im_end|> trained."""
-    rng = random.Random(i)
-    ids = token_ids(tok.apply_chat_template([{"role": "user", "content": f"fix task {i}"}],
-                                            add_generation_prompt=True))
-    mask = [0] * len(ids)
-    for t in range(turns):
-        act = tok.encode(f'<tool_call>{{"name": "view", "args": {{"path": "pkg/m{i % 3}.py"}}}}'
-                         "</tool_call>") + [tok.convert_tokens_to_ids("<|im_end|>")]
-        obs = tok.encode(f"\n<|im_start|>tool\ndef f{t}(x):\n    return x + {rng.randint(0, 9)}"
-                         "\n<|im_end|>\n<|im_start|>assistant\n")
-        ids += act + obs
-        mask += [1] * len(act) + [0] * len(obs)
-    return {"trajectory_id": f"tr-{i}", "task_id": f"task-{i % 5}", "part": "train",
-            "token_ids": ids, "loss_mask": mask, "token_hash": f"h{i}", "n_tokens": len(ids),
-            "n_trainable_tokens": sum(mask)}
-
-
-@pytest.fixture(scope="module")
-def rows(policy_dir):
-    tok = load_tokenizer(policy_dir)
-    return [transcript(tok, i) for i in range(10)]
 
 
 FAST = dict(max_steps=4, batch_size=4, warmup_steps=0, learning_rate=3e-3, eval_every=2,

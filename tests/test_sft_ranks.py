@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_sft import rows  # noqa: F401  (the fixture)
+from transformers import AutoModelForCausalLM
 
-from rlvr.train.config import EarlyStopParams, SFTParams
-from rlvr.train.sft import rank_shard, train_sft
+from rlvr.engines.model_dir import load_tokenizer
+from rlvr.errors import ConfigError
+from rlvr.train.batching import micro_batches
+from rlvr.train.sft import batch_plan, rank_shard, train_sft
+from rlvr.train.sft_config import EarlyStopParams, SFTParams
+from sftkit import rows, transcript  # noqa: F401  (rows: the fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +50,7 @@ def _launch(policy_dir, rows_file, params, out, report, nproc=2):
          str(out), str(report)],
         env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # every rank's process group was destroyed before interpreter teardown (rlvr.train.sft
+    # every rank's process group was destroyed before interpreter teardown (rlvr.train.backend
     # `_close_group`): a gloo thread alive then can abort a rank that finished its work
     exits = [(Path(report) / f"rank{r}.exit").read_text() for r in range(nproc)]
     assert exits == ["process group open at exit: False"] * nproc
@@ -57,11 +61,6 @@ def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_p
                                                          uneven):
     """uneven: the ranks' shards cut into different numbers of micro-batches, and under
     ZeRO-2 (a reduce at every backward) the rank with fewer still makes as many."""
-    from test_sft import transcript
-
-    from rlvr.engines.model_dir import load_tokenizer
-    from rlvr.train.sft import batch_plan, micro_batches
-
     tok = load_tokenizer(policy_dir)
     if uneven:
         rows = [transcript(tok, i, turns=9 if i % 5 == 0 else 1) for i in range(10)]  # 459 | 67
@@ -75,8 +74,6 @@ def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_p
         counts.append(len({len(micro_batches(lengths, rank_shard(lengths, batch, r, 2),
                                              micro_tokens)) for r in (0, 1)}) > 1)
     assert any(counts) == uneven, counts  # the case each point covers
-    from transformers import AutoModelForCausalLM
-
     rows_file = tmp_path / "rows.json"
     rows_file.write_text(json.dumps(rows))
     report = tmp_path / "report"
@@ -102,8 +99,6 @@ def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_p
 
 
 def test_a_rank_without_its_rendezvous_is_named(policy_dir, rows, tmp_path, monkeypatch):
-    from rlvr.errors import ConfigError
-
     monkeypatch.setenv("WORLD_SIZE", "2")
     for k in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)

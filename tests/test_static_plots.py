@@ -4,7 +4,7 @@ from __future__ import annotations
 from PIL import Image
 
 from rlvr.artifacts.plots import curves_png, heatmap_png, read_csv_rows
-from rlvr.train.sft import write_loss_csv
+from rlvr.train.curves import write_loss_csv
 
 
 def test_curves_png_draws_measured_columns_only_and_is_byte_stable(tmp_path):

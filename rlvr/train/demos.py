@@ -35,7 +35,7 @@ import numpy as np
 
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
-from rlvr.train.config import SFTParams
+from rlvr.train.sft_config import SFTParams
 
 
 @dataclass

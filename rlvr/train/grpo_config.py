@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rlvr.config import DEFAULT_PARAMS, parse
+from rlvr.config import DEFAULT_PARAMS, parse, read_params
 from rlvr.errors import ConfigError
 from rlvr.rl.entropy import EntropyController
 from rlvr.rl.loss import GRPOLossConfig
 from rlvr.rl.overlong import OverlongParams
-from rlvr.train.config import SFTParams, check_adamw
+from rlvr.train.backend import check_adamw, check_backend
 from rlvr.train.curriculum import CurriculumParams
 from rlvr.train.pathology import PathologyParams
 
@@ -85,10 +85,10 @@ class GRPOParams:
     """vllm: VllmEngineParams fields (`server:` nested, e.g. `{server: {update: reload}}`),
     validated like `rollout.engine_options`; torch: none."""
     backend: Literal["torch", "deepspeed"] = "torch"
-    """torch: AdamW; deepspeed: the same AdamW under a DeepSpeed engine (rlvr/train/sft.py,
-    ZeRO `zero_stage`). Started by a launcher with several ranks (`torchrun`, `deepspeed`)
-    the deepspeed backend trains data-parallel over whole groups; rank 0 rolls out
-    (rlvr/train/grpo.py, data-parallel)."""
+    """torch: AdamW; deepspeed: the same AdamW under a DeepSpeed engine (ZeRO `zero_stage`;
+    rlvr/train/backend.py, shared with SFT). Started by a launcher with several ranks
+    (`torchrun`, `deepspeed`) the deepspeed backend trains data-parallel over whole groups;
+    rank 0 rolls out (rlvr/train/grpo.py, data-parallel)."""
     zero_stage: int = 0
     loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
     """The SPEC §7 loss: advantage estimator and reward scaling, ratio level, clip range
@@ -156,27 +156,16 @@ class GRPOParams:
             bad("consensus_runs", "must be >= 1", self.consensus_runs)
         if self.split in ("heldout", "heldout_function", "regression"):
             bad("split", "GRPO never trains on an evaluation split", self.split)
-        self.optimizer_params().check(where)  # backend / zero_stage / dtype rules of SFT
+        check_backend(self, bad)
         if self.engine == "torch" and self.engine_options:
             bad("engine_options", "the torch sampler is the trainer's model in process and "
                 "takes none", self.engine_options)
         if self.engine == "vllm":  # a typo is named here, before any server starts
+            # lazy: vllm_engine pulls in httpx (~0.13 s); only a vllm run needs it
             from rlvr.engines.vllm_engine import VllmEngineParams
 
             parse(VllmEngineParams, self.engine_options, f"{where}.engine_options")
         return self
-
-    def optimizer_params(self) -> SFTParams:
-        """The optimizer and backend knobs as the SFT trainer's params, so GRPO runs the same
-        AdamW / DeepSpeed backends (rlvr.train.sft) instead of a second copy of them."""
-        return SFTParams(seed=self.seed, learning_rate=self.learning_rate,
-                         lr_scheduler_type="constant", warmup_steps=self.warmup_steps,
-                         max_steps=1, grad_clip=self.grad_clip, weight_decay=self.weight_decay,
-                         adam_beta1=self.adam_beta1, adam_beta2=self.adam_beta2,
-                         adam_eps=self.adam_eps, micro_batch_tokens=self.micro_batch_tokens,
-                         head_chunk_tokens=self.head_chunk_tokens, dtype=self.dtype,
-                         device=self.device, backend=self.backend, zero_stage=self.zero_stage,
-                         probe_tasks=0)
 
     def passport(self, loss_denominator: float | None = None) -> dict[str, Any]:
         """The SPEC §7 update passport of this run (the loss's fields + the trainer's)."""
@@ -238,8 +227,6 @@ def _named(exc: ConfigError, value: Any, where: str) -> ConfigError:
 
 
 def load_grpo_params(path: Path | str = DEFAULT_PARAMS, section: str = "grpo") -> GRPOParams:
-    from rlvr.config import read_params
-
     data = read_params(path)
     if section not in data:
         raise ConfigError(f"{path}: missing section '{section}'")

@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from pathlib import Path
+from typing import Any, Literal
 
+from rlvr.agent.fixes import fix_for
 from rlvr.agent.observations import HEADER as SUSPECTS_HEADER
-from rlvr.agent.prompt import SYSTEM_PROMPT
+from rlvr.agent.prompt import SYSTEM_PROMPT, TERSE_RUN_TESTS
 from rlvr.agent.tools import format_tool_call
 from rlvr.agent.transcript import ChatCodec
+from rlvr.engines.local_policy import _repo_rel, corpus_files
 from rlvr.errors import ConfigError
-from rlvr.agent.prompt import TERSE_RUN_TESTS
+from rlvr.tasks.operators import OPERATORS, FunctionContext, compiles, function_names
+from rlvr.tasks.spans import SourceMap
+from rlvr.teachers.scripted import CANDIDATE_OPERATORS, describe_fix, edit_args, function_lines
+from rlvr.train.demos import demo_row, token_hash
+from rlvr.train.sft import train_sft
+from rlvr.train.sft_config import SFTParams
 
 
 @dataclass(frozen=True)
@@ -73,10 +81,6 @@ class PretrainParams:
 def _mutant(rng: random.Random, source: str, funcs: list[str], cache: dict):
     """(operator, function qualname, mutated source) of one random single-site mutant of
     the kinds the scripted teacher undoes with a line edit, or None."""
-    from rlvr.tasks.operators import OPERATORS, FunctionContext, compiles
-    from rlvr.tasks.spans import SourceMap
-    from rlvr.teachers.scripted import CANDIDATE_OPERATORS
-
     func = rng.choice(funcs)
     op = rng.choice([o for o in CANDIDATE_OPERATORS if o in OPERATORS])
     key = (id(source), func, op)
@@ -162,10 +166,6 @@ def repair_cases(code: dict[str, str], n: int, *, seed: int, line_shift: int = 0
                  rename_paths: float = 0.0) -> list[RepairCase]:
     """`n` synthetic bugs injected into `code` (path -> text) with the synthesis operators
     (`line_shift`, `rename_paths`: see `PretrainParams`)."""
-    from rlvr.agent.fixes import fix_for
-    from rlvr.teachers.scripted import function_lines, edit_args
-    from rlvr.tasks.operators import function_names
-
     rng = random.Random(seed)
     pool = []
     for path, source in sorted(code.items()):
@@ -209,8 +209,6 @@ def synthetic_episodes(code: dict[str, str], codec: ChatCodec,
     """`p.episodes` tokenized repair episodes (run_tests -> line-addressed fix -> run_tests ->
     submit) as (token ids, loss mask): the mask is 1 on every token, or with
     `p.train_on: actions` on the assistant's tokens only."""
-    from rlvr.teachers.scripted import describe_fix
-
     rng = random.Random(p.seed + 1)
     out: list[tuple[list[int], list[int]]] = []
     for case in repair_cases(code, p.episodes, seed=p.seed, line_shift=p.line_shift,
@@ -263,11 +261,10 @@ def code_chunks(code: dict[str, str], codec: ChatCodec, size: int) -> list[list[
     return out
 
 
-def pretrain_rows(code: dict[str, str], codec: ChatCodec, p: PretrainParams) -> list[dict[str, Any]]:
+def pretrain_rows(code: dict[str, str], codec: ChatCodec,
+                  p: PretrainParams) -> list[dict[str, Any]]:
     """SFT_DATA-shaped rows for `rlvr.train.sft.train_sft`: synthetic episodes, copy drills and
     code chunks, each with its loss mask (see `PretrainParams.train_on`)."""
-    from rlvr.train.demos import demo_row, token_hash
-
     p.check()
     seqs = synthetic_episodes(code, codec, p) + copy_drills(code, codec, p) + [
         (ids, [1] * len(ids)) for ids in code_chunks(code, codec, p.code_chunk_tokens)]
@@ -278,10 +275,6 @@ def pretrain_rows(code: dict[str, str], codec: ChatCodec, p: PretrainParams) -> 
 
 def training_code(root, exclude_families) -> dict[str, str]:
     """Repo-relative path (as the agent sees it) -> text of the training families' code."""
-    from pathlib import Path
-
-    from rlvr.engines.local_policy import _repo_rel, corpus_files
-
     root = Path(root)
     return {_repo_rel(p.relative_to(root).as_posix()): p.read_text(encoding="utf-8",
                                                                     errors="replace")
@@ -292,16 +285,10 @@ def pretrain_policy(base_dir, out_dir, code: dict[str, str], p: PretrainParams, 
                     eval_every: int = 0, on_eval=None):
     """Train `base_dir` next-token on the pretraining corpus, write it to `out_dir`
     (through the SFT loop: same batching, normaliser, atomic HF directory and card).
-    `on_eval(step, model)` (e.g. `rlvr.train.probe.copy_probe`) runs every `eval_every`
+    `on_eval(step, model)` (e.g. `rlvr.train.copy_probe.copy_probe`) runs every `eval_every`
     steps and at the end; its numbers reach `log`."""
-    from rlvr.train.config import DemoParams, EarlyStopParams, SFTParams
-    from rlvr.train.sft import train_sft
-
     codec = ChatCodec.from_model_dir(base_dir)
     rows = pretrain_rows(code, codec, p)
-    params = SFTParams(seed=p.seed, learning_rate=p.learning_rate, max_steps=p.steps,
-                       epochs=0, batch_size=p.batch_size, warmup_steps=min(20, p.steps),
-                       eval_every=eval_every, probe_tasks=0,
-                       demos=DemoParams(val_fraction=0.0),
-                       early_stop=EarlyStopParams(patience=0, parse_error_stop=None))
+    params = SFTParams.next_token(seed=p.seed, learning_rate=p.learning_rate, steps=p.steps,
+                                  batch_size=p.batch_size, eval_every=eval_every)
     return train_sft(base_dir, rows, [], params, out_dir, log=log, on_eval=on_eval), len(rows)

@@ -24,27 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlvr.artifacts.io import replace_dir, temp_dir_beside
+from rlvr import engines
 from rlvr.engines.base import WeightSource
+from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
+from rlvr.train.policy_dir import save_hf_weights, staged_dir
 
 SAMPLERS = ("torch", "vllm")
 SYNC_DIR = "sync"
-
-
-def save_hf_weights(dest: Path, model, tokenizer_from: Path) -> None:
-    """`model`'s weights (saved in eval mode, its train/eval state restored) and the
-    tokenizer files of the policy directory `tokenizer_from` into the existing directory
-    `dest`: what every policy directory this package writes holds besides its card."""
-    from rlvr.train.sft import TOKENIZER_COPY
-
-    was = model.training
-    model.eval()
-    model.save_pretrained(dest)
-    model.train(was)
-    for name in TOKENIZER_COPY:
-        if (Path(tokenizer_from) / name).is_file():
-            shutil.copy2(Path(tokenizer_from) / name, Path(dest) / name)
 
 
 @dataclass
@@ -62,13 +49,8 @@ class Sampler:
         if self.sync_dir is None:
             return model.state_dict()
         dest = self.sync_dir / f"step-{policy_step:06d}"
-        tmp = temp_dir_beside(dest)
-        try:
+        with staged_dir(dest) as tmp:
             save_hf_weights(tmp, model, self.tokenizer_from)
-            replace_dir(tmp, dest)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
         written = sorted(p for p in self.sync_dir.iterdir()
                          if p.is_dir() and p.name.startswith("step-"))
         for old in written[:-self.keep]:
@@ -87,15 +69,11 @@ def open_sampler(kind: str, model, tokenizer, start_dir: Path, *, policy_version
     checked with the params (`GRPOParams.check`: none for torch, VllmEngineParams fields
     for vllm)."""
     if kind == "torch":
-        from rlvr.engines.torch_engine import TorchEngine
-
         engine = TorchEngine.from_model(copy.deepcopy(model), tokenizer,
                                         policy_version=policy_version, policy_step=policy_step)
         return Sampler(engine, None, Path(start_dir))
     if kind == "vllm":
-        from rlvr.engines import build_engine
-
-        engine = build_engine("vllm", start_dir, policy_version=policy_version,
-                              policy_step=policy_step, options=options, where=where)
+        engine = engines.build_engine("vllm", start_dir, policy_version=policy_version,
+                                      policy_step=policy_step, options=options, where=where)
         return Sampler(engine, Path(sync_dir), Path(start_dir))
     raise ConfigError(f"{where}.engine: sampler {kind!r} unknown (known: {', '.join(SAMPLERS)})")

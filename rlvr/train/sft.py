@@ -17,17 +17,18 @@ mask needed: causal attention keeps real tokens from seeing the pads after them,
 loss never selects), and the head runs only on policy positions — most of an agent
 transcript is observations.
 
-Backends: `torch` (AdamW) and `deepspeed` (the same AdamW under a DeepSpeed engine with ZeRO
-`zero_stage`). Started by a launcher with several ranks (`deepspeed --num_gpus N`,
-`torchrun --nproc-per-node N`), the deepspeed backend trains data-parallel: every rank draws
-the same global batch, takes its share of the rows (`rank_shard`) and divides by the same
-global N; its loss is multiplied by the world size because DeepSpeed averages the ranks'
-gradients, so the update equals the one-process update of the whole batch. Rank 0 runs the
+Backends (rlvr/train/backend.py, shared with GRPO): `torch` (AdamW) and `deepspeed` (the same
+AdamW under a DeepSpeed engine with ZeRO `zero_stage`). Started by a launcher with several
+ranks (`deepspeed --num_gpus N`, `torchrun --nproc-per-node N`), the deepspeed backend trains
+data-parallel: every rank draws the same global batch, takes its share of the rows
+(`rank_shard`) and divides by the same global N; its loss is multiplied by the world size
+because DeepSpeed averages the ranks' gradients, so the update equals the one-process update
+of the whole batch. Rank 0 runs the
 evaluation callback (broadcast to the others, which must stop alike) and writes the model.
 Full fine-tune or LoRA (peft; merged into plain HF weights on save, the adapter kept beside
 them).
 
-Output (`out_dir`, written to a temp dir and renamed into place): the model
+Output (`out_dir`, written to a temp dir and renamed into place, `sft_output.py`): the model
 (`config.json`, `model.safetensors`, generation config), the base model's tokenizer files,
 `README.md` and `training.json` (data hash, params, base model hash, metrics). The card holds
 no wall-clock numbers, so the same data + params + base give the same directory; timings are
@@ -35,33 +36,27 @@ in `SFTResult` for the stage's metrics.
 """
 from __future__ import annotations
 
-import atexit
-import json
 import math
 import os
 import random
-import shutil
-import socket
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from tqdm import tqdm
 
-from rlvr.config import as_dict
-from rlvr.engines.model_dir import TOKENIZER_EXTRA, TOKENIZER_FILES, load_policy, weights_fingerprint
-from rlvr.errors import ConfigError
-from rlvr.train.config import SFTParams
-from rlvr.train.demos import data_hash
 from rlvr.engines.logprobs import sequence_logprobs
+from rlvr.engines.model_dir import load_policy
+from rlvr.errors import ConfigError
+from rlvr.train.backend import BackendParams, build_backend
+from rlvr.train.batching import micro_batches
+from rlvr.train.curves import LogFn
+from rlvr.train.sft_config import SFTParams
+from rlvr.train.sft_output import SFTResult, write_sft_policy
 
-LogFn = Callable[[int, dict[str, float]], None]
 EvalFn = Callable[[int, Any], dict[str, float]]
-# A row joins a micro-batch only if it is at most this much shorter than the longest row in it.
-MAX_PADDING = 0.1
-TOKENIZER_COPY = (*TOKENIZER_FILES, *TOKENIZER_EXTRA, "special_tokens_map.json", "added_tokens.json")
 
 
 @dataclass
@@ -74,25 +69,6 @@ class Example:
     @property
     def n_policy(self) -> int:
         return int(self.mask[1:].sum())  # token 0 is never predicted
-
-
-@dataclass
-class SFTResult:
-    out_dir: Path
-    steps: int
-    stop_reason: str                  # max_steps | epochs | val_worsening | format_stable
-    train_loss: float                 # mean policy-token NLL of the last step
-    val_loss: float | None            # of the written weights (None: no validation split)
-    evals: list[dict[str, float]] = field(default_factory=list)
-    tokens: int = 0                   # real (unpadded) tokens trained on
-    trainable_tokens: int = 0         # loss_mask == 1 tokens trained on
-    padded_tokens: int = 0            # tokens through the model, padding included
-    seconds: float = 0.0
-    model: Any = None                 # the trained model in memory (merged when LoRA), eval mode
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
 
 
 # ---- pure pieces ----------------------------------------------------------------------------
@@ -113,26 +89,6 @@ def masked_nll(logprobs: torch.Tensor, only: torch.Tensor, normaliser: int) -> t
     return -(logprobs * only).sum() / normaliser
 
 
-def micro_batches(lengths: Sequence[int], batch: Sequence[int], budget: int,
-                  max_padding: float = MAX_PADDING) -> list[list[int]]:
-    """Cut one global batch (indices into `lengths`) into micro-batches: longest first; a row
-    joins the current micro-batch while the batch stays within `budget` padded tokens (rows x
-    longest row) and the row is at most `max_padding` shorter than that longest row (a
-    longer single row goes alone). On CPU a forward pass costs ~ its padded tokens, and
-    rows of a few hundred tokens already fill the matmuls, so padding is pure waste."""
-    order = sorted(batch, key=lambda i: -lengths[i])
-    out: list[list[int]] = []
-    for i in order:
-        if out:
-            head = lengths[out[-1][0]]
-            if ((len(out[-1]) + 1) * head <= budget
-                    and lengths[i] >= (1 - max_padding) * head):
-                out[-1].append(i)
-                continue
-        out.append([i])
-    return out
-
-
 def rank_shard(lengths: Sequence[int], batch: Sequence[int], rank: int, world: int) -> list[int]:
     """This rank's rows of one global batch: dealt longest first, so each rank gets a similar
     number of tokens. Every rank sees the same batch (same seed), so the shards partition it."""
@@ -144,7 +100,8 @@ def rank_shard(lengths: Sequence[int], batch: Sequence[int], rank: int, world: i
     return order[rank::world]
 
 
-def collate(examples: Sequence[Example], idx: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(examples: Sequence[Example], idx: Sequence[int],
+            device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids [b, L] and the next-token policy mask [b, L-1] (False on padding)."""
     L = max(len(examples[i].ids) for i in idx)
     ids = torch.zeros(len(idx), L, dtype=torch.long)
@@ -237,7 +194,7 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
     torch.manual_seed(params.seed)
     policy = load_policy(base_dir, device=params.device, dtype=params.dtype)
     model = _maybe_lora(policy.model, params)
-    backend = _backend(model, params)
+    backend = build_backend(model, BackendParams.of(params))
     train, val = to_examples(train_rows), to_examples(val_rows)
     lengths = [len(e.ids) for e in train]
     total, next_batch = batch_plan(len(train), params)
@@ -305,8 +262,8 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
                        val_loss=final_val, evals=evals, tokens=tok, trainable_tokens=ntok,
                        padded_tokens=int(backend.all_sum(npad)), seconds=seconds)
     if backend.rank == 0:
-        result.model = _write_model(model, policy, base_dir, train_rows, val_rows, params,
-                                    result)
+        result.model = write_sft_policy(model, policy, base_dir, train_rows, val_rows, params,
+                                        result)
     backend.barrier()  # no rank returns before the directory exists
     return result
 
@@ -332,7 +289,7 @@ def _evaluate(model, val, params, step, train_loss, on_eval) -> dict[str, float]
     return rec
 
 
-# ---- model, optimizer, backends -------------------------------------------------------------
+# ---- model ------------------------------------------------------------------------------------
 def _maybe_lora(model, p: SFTParams):
     if not p.lora.enabled:
         return model
@@ -349,288 +306,6 @@ def _maybe_lora(model, p: SFTParams):
     return get_peft_model(model, cfg)
 
 
-def _optimizer(model, p: SFTParams) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices only (not norms / biases)."""
-    trainable = [q for q in model.parameters() if q.requires_grad]
-    groups = [{"params": [q for q in trainable if q.ndim >= 2], "weight_decay": p.weight_decay},
-              {"params": [q for q in trainable if q.ndim < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=p.learning_rate,
-                             betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps,
-                             foreach=True)
-
-
-def _backend(model, p: SFTParams):
-    """The optimizer backend. Under a launcher the deepspeed one is data-parallel: its user
-    (SFT here, GRPO in rlvr/train/grpo.py) shards each step's batch over `rank` / `world`."""
-    return _DeepSpeedBackend(model, p) if p.backend == "deepspeed" else _TorchBackend(model, p)
-
-
-class _TorchBackend:
-    rank, world = 0, 1  # one process
-
-    def __init__(self, model, p: SFTParams):
-        self.model, self.p = model, p
-        self.opt = _optimizer(model, p)
-        self.params = [q for q in model.parameters() if q.requires_grad]
-
-    def all_sum(self, x: float) -> float:
-        return x
-
-    def from_rank0(self, obj):
-        return obj
-
-    def barrier(self) -> None:
-        pass
-
-    def backward(self, loss: torch.Tensor, last: bool) -> None:
-        loss.backward()
-
-    def step(self, lr: float) -> float:
-        for g in self.opt.param_groups:
-            g["lr"] = lr
-        clip = self.p.grad_clip if self.p.grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True))
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return norm
-
-    def snapshot(self) -> dict[str, torch.Tensor]:
-        return {n: q.detach().to("cpu", copy=True)
-                for n, q in self.model.named_parameters() if q.requires_grad}
-
-    def restore(self, state: dict[str, torch.Tensor]) -> None:
-        with torch.no_grad():
-            for n, q in self.model.named_parameters():
-                if n in state:
-                    q.copy_(state[n].to(q.device))
-
-
-class _DeepSpeedBackend(_TorchBackend):
-    """The same AdamW under `deepspeed.initialize` (ZeRO `zero_stage`). A step may hold any
-    number of micro-batches: each backward tells the engine whether it is the last one of the
-    step (`set_gradient_accumulation_boundary`), so gradients accumulate locally until then
-    and `step` reduces, clips and updates once. The loss is already divided by the global
-    normaliser, so DeepSpeed must not rescale it (`scale_wrt_gas=False`)."""
-
-    def __init__(self, model, p: SFTParams):
-        import deepspeed
-
-        super().__init__(model, p)
-        self.rank, self.world = _init_distributed(p.device)
-        config = {
-            "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-            "gradient_clipping": p.grad_clip, "zero_optimization": {"stage": p.zero_stage},
-            "bf16": {"enabled": p.dtype == "bfloat16"}, "steps_per_print": 2**31 - 1,
-        }
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.opt,
-                                                    config=config)
-
-    def backward(self, loss: torch.Tensor, last: bool) -> None:
-        self.engine.set_gradient_accumulation_boundary(last)
-        self.engine.backward(loss, scale_wrt_gas=False)
-
-    def step(self, lr: float) -> float:
-        for g in self.opt.param_groups:  # the client optimizer ZeRO wraps
-            g["lr"] = lr
-        unsharded = None
-        if self.p.zero_stage == 0:  # the engine reports no norm; the reduced grads are here
-            unsharded = float(torch.nn.utils.clip_grad_norm_(self.params, math.inf, foreach=True))
-        self.engine.step()
-        norm = self.engine.get_global_grad_norm() if unsharded is None else unsharded
-        return float(norm) if norm is not None else float("nan")
-
-    def all_sum(self, x: float) -> float:
-        if self.world == 1:
-            return x
-        import torch.distributed as dist
-
-        t = torch.tensor([float(x)], dtype=torch.float64)
-        dist.all_reduce(t)
-        return float(t.item())
-
-    def from_rank0(self, obj):
-        if self.world == 1:
-            return obj
-        import torch.distributed as dist
-
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-
-def _init_distributed(device: str) -> tuple[int, int]:
-    """torch.distributed for DeepSpeed; (rank, world size). Launched by a launcher
-    (`deepspeed`, `torchrun`: WORLD_SIZE > 1 and the rendezvous variables set), this process
-    joins its ranks; else it is world size 1, with the rendezvous variables set here where
-    missing. DeepSpeed's CPU backend would compile a shared-memory all-reduce op (40-50 s,
-    ENVIRONMENT.md): its builder is replaced by "no op", so DeepSpeed uses plain
-    torch.distributed (gloo on CPU, nccl on GPUs)."""
-    import importlib
-
-    import deepspeed
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-        if missing:
-            raise ConfigError(f"backend: deepspeed: WORLD_SIZE={world} but {missing} unset "
-                              "(start the ranks with the deepspeed or torchrun launcher)")
-    else:
-        for k, v in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0",
-                     "WORLD_SIZE": "1"}.items():
-            os.environ.setdefault(k, v)
-        if "MASTER_PORT" not in os.environ:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    importlib.import_module("deepspeed.comm.torch")
-    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
-    import torch.distributed as dist
-
-    opened = not dist.is_initialized()
-    deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl")
-    if opened:
-        atexit.register(_close_group)
-    return int(os.environ["RANK"]), world
-
-
-def _close_group() -> None:
-    """At interpreter exit, destroy the process group `_init_distributed` opened: gloo's
-    threads still running at teardown can abort a rank (\"terminate called without an active
-    exception\", seen in CI after the rank's work was written), failing a run that succeeded.
-    Not sooner: DeepSpeed caches the world group (deepspeed.utils.groups), so a group
-    destroyed and opened again in one process breaks the next `deepspeed.initialize`. A group
-    the caller opened is the caller's to close."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def _progress(total: int):
-    from tqdm import tqdm
-
     return tqdm(total=total, desc="sft", unit="step", dynamic_ncols=True,
                 disable=os.environ.get("RLVR_PROGRESS", "1") == "0")
-
-
-# ---- output -------------------------------------------------------------------------------------
-def _write_model(model, policy, base_dir, train_rows, val_rows, p: SFTParams,
-                 result: SFTResult):
-    """Save (merged) weights + tokenizer + card to a temp dir beside out_dir, then rename it
-    into place. Returns the in-memory model that was saved (eval mode)."""
-    from rlvr.artifacts.io import replace_dir, temp_dir_beside
-    from rlvr.train.sampler import save_hf_weights
-
-    out_dir, base_dir = Path(result.out_dir), Path(base_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_dir_beside(out_dir)
-    try:
-        if p.lora.enabled:
-            if p.lora.save_adapter:
-                model.save_pretrained(tmp / "adapter")
-            model = model.merge_and_unload()
-        model.eval()
-        save_hf_weights(tmp, model, base_dir)
-        card = _card(policy, base_dir, train_rows, val_rows, p, result)
-        (tmp / "training.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-        (tmp / "README.md").write_text(_readme(card))
-        replace_dir(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return model
-
-
-def _card(policy, base_dir, train_rows, val_rows, p: SFTParams, r: SFTResult) -> dict[str, Any]:
-    def rounded(x):
-        return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else round(x, 6)
-
-    return {
-        "trainer": "rlvr.train.sft",
-        "base_model": str(base_dir),
-        "base_model_hash": weights_fingerprint(base_dir),
-        "data_hash": data_hash(list(train_rows) + list(val_rows)),
-        "demonstrations": {"train": len(train_rows), "val": len(val_rows),
-                           "train_tasks": len({d["task_id"] for d in train_rows}),
-                           "val_tasks": len({d["task_id"] for d in val_rows})},
-        "params": as_dict(p),
-        "lora_merged": p.lora.enabled,
-        "metrics": {"steps": r.steps, "stop_reason": r.stop_reason,
-                    "train_loss": rounded(r.train_loss), "val_loss": rounded(r.val_loss),
-                    "tokens": r.tokens, "trainable_tokens": r.trainable_tokens,
-                    "evals": [{k: rounded(v) if isinstance(v, float) else v for k, v in e.items()}
-                              for e in r.evals]},
-    }
-
-
-def _readme(card: dict[str, Any]) -> str:
-    m, d = card["metrics"], card["demonstrations"]
-    kind = (f"LoRA r={card['params']['lora.r']} (merged)" if card["lora_merged"]
-            else "full fine-tune")
-    return (
-        "# SFT policy\n\n"
-        f"Rejection-sampling SFT ({kind}) of `{card['base_model']}` "
-        f"(`{card['base_model_hash']}`) on {d['train']} verified demonstrations of "
-        f"{d['train_tasks']} tasks; validation: {d['val']} demonstrations of {d['val_tasks']} "
-        f"held-out tasks.\n\n"
-        "Loss: mean NLL of policy-sampled tokens only (loss_mask = 1); prompt, template and "
-        "observation tokens enter neither the loss nor its normaliser.\n\n"
-        f"- data hash: `{card['data_hash']}`\n"
-        f"- steps: {m['steps']} (stopped: {m['stop_reason']})\n"
-        f"- train loss (last step): {m['train_loss']}\n"
-        f"- validation loss: {m['val_loss']}\n"
-        f"- tokens: {m['tokens']} ({m['trainable_tokens']} trained)\n\n"
-        "Params, evaluations and hashes: `training.json`. Load with "
-        "`AutoModelForCausalLM.from_pretrained` (plain HF weights"
-        + ("; the LoRA adapter alone is under `adapter/`" if card["lora_merged"]
-           and card["params"]["lora.save_adapter"] else "") + ").\n")
-
-
-def write_loss_csv(path: Path | str, rows: Sequence[dict[str, Any]],
-                   columns: Sequence[str] = ("step", "train/loss", "val/loss"),
-                   png: Path | str | None = None, title: str = "") -> None:
-    """A DVC plots CSV of loss curves (one row per logged step; empty cell = not measured at
-    that step), written atomically, and optionally the same curves as a PNG (renders offline,
-    `rlvr.artifacts.plots`). `rows`: dicts with a `step` key, e.g. collected from the `log`
-    callback with `LossCurves`."""
-    import csv
-    import io
-
-    from rlvr.artifacts.io import write_text
-
-    by_step: dict[int, dict[str, Any]] = {}
-    for r in rows:
-        by_step.setdefault(int(r["step"]), {}).update(r)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([c.replace("/", "_") for c in columns])
-    for step in sorted(by_step):
-        r = by_step[step]
-        w.writerow([step if c == "step" else
-                    ("" if r.get(c) is None else f"{float(r[c]):.6g}") for c in columns])
-    write_text(path, buf.getvalue())
-    if png is not None:
-        from rlvr.artifacts.plots import curves_png
-
-        curves_png(list(csv.DictReader(io.StringIO(buf.getvalue()))), png, title=title)
-
-
-class LossCurves:
-    """A `log` callback that remembers every step's metrics (and forwards them to `then`),
-    for `write_loss_csv` at the end."""
-
-    def __init__(self, then: LogFn | None = None):
-        self.rows: list[dict[str, Any]] = []
-        self.then = then
-
-    def __call__(self, step: int, metrics: dict[str, float]) -> None:
-        self.rows.append({"step": step, **metrics})
-        if self.then is not None:
-            self.then(step, metrics)

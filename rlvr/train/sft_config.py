@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from rlvr.config import DEFAULT_PARAMS, load_section, parse
 from rlvr.errors import ConfigError
+from rlvr.train.backend import check_adamw, check_backend
 
 # All major weight matrices of a Llama/Qwen-style block, MLP included (SPEC §6).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -67,16 +68,6 @@ class EarlyStopParams:
     restore_best: bool = True
 
 
-def check_adamw(p: Any, bad: Callable[[str, str, Any], None]) -> None:
-    """The AdamW knobs SFT and GRPO params share: `bad(key, why, value)` raises."""
-    for key in ("grad_clip", "weight_decay", "adam_eps"):
-        if getattr(p, key) < 0:
-            bad(key, "must be >= 0", getattr(p, key))
-    for key in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= getattr(p, key) < 1.0:
-            bad(key, "must be in [0, 1)", getattr(p, key))
-
-
 @dataclass(frozen=True)
 class SFTParams:
     """Loss-masked SFT on policy tokens (rlvr.train.sft.train_sft)."""
@@ -109,7 +100,7 @@ class SFTParams:
     device: str = "cpu"
     # torch: plain AdamW. deepspeed: the same AdamW under a DeepSpeed engine with ZeRO
     # `zero_stage` (0-2; gloo on CPU, nccl on GPUs), e.g. to shard optimizer state on GPUs;
-    # data-parallel over the ranks a launcher starts (rlvr/train/sft.py).
+    # data-parallel over the ranks a launcher starts (rlvr/train/backend.py).
     backend: Literal["torch", "deepspeed"] = "torch"
     zero_stage: int = 0
     # Rows of logits per LM-head chunk (peak memory of the head; results do not change).
@@ -117,6 +108,17 @@ class SFTParams:
     lora: LoraParams = field(default_factory=LoraParams)
     demos: DemoParams = field(default_factory=DemoParams)
     early_stop: EarlyStopParams = field(default_factory=EarlyStopParams)
+
+    @classmethod
+    def next_token(cls, *, seed: int, learning_rate: float, steps: int, batch_size: int,
+                   eval_every: int = 0) -> "SFTParams":
+        """The SFT run that next-token pretraining is (rlvr.train.pretrain): `steps` optimizer
+        steps after a linear warmup over the first min(20, steps), every row trained (no
+        validation split), no rollout probe, no early stop."""
+        return cls(seed=seed, learning_rate=learning_rate, max_steps=steps, epochs=0,
+                   batch_size=batch_size, warmup_steps=min(20, steps), eval_every=eval_every,
+                   probe_tasks=0, demos=DemoParams(val_fraction=0.0),
+                   early_stop=EarlyStopParams(patience=0, parse_error_stop=None))
 
     def check(self, where: str = "sft") -> "SFTParams":
         """Refuse values without meaning, naming the key; returns self."""
@@ -136,14 +138,7 @@ class SFTParams:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             bad("min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
         check_adamw(self, bad)
-        if self.zero_stage == 3:
-            bad("zero_stage", "ZeRO-3 is not supported: with several micro-batches per step its "
-                "update differed from the torch step (measured, deepspeed 0.19.8); use 0-2",
-                self.zero_stage)
-        if self.zero_stage not in (0, 1, 2):
-            bad("zero_stage", "must be 0, 1 or 2", self.zero_stage)
-        if self.zero_stage and self.backend != "deepspeed":
-            bad("zero_stage", "ZeRO needs backend: deepspeed", self.zero_stage)
+        check_backend(self, bad)
         lora, demos, es = self.lora, self.demos, self.early_stop
         if lora.enabled:
             if lora.r < 1:

@@ -1,0 +1,236 @@
+"""The optimizer backend every trainer here shares (SFT, GRPO, next-token pretraining through
+the SFT loop): one AdamW, stepped either alone (`torch`) or under a DeepSpeed engine with ZeRO
+`zero_stage` (`deepspeed`), so a new knob or a fix lands in one place.
+
+A trainer hands its params over as `BackendParams.of(params)`: the knobs below carry the same
+names in `SFTParams` and `GRPOParams`, and nothing else of either reaches the backend.
+
+Started by a launcher with several ranks (`deepspeed --num_gpus N`, `torchrun
+--nproc-per-node N`), the deepspeed backend is data-parallel: the trainer shards each step's
+batch over `rank` / `world` and multiplies its loss by the world size (DeepSpeed averages the
+ranks' gradients), so the update equals the one-process update of the whole batch.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import math
+import os
+import socket
+import sys
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from rlvr.errors import ConfigError
+
+Bad = Callable[[str, str, Any], None]
+
+
+@dataclass(frozen=True)
+class BackendParams:
+    """The optimizer and backend knobs (documented where the trainers' params declare them)."""
+
+    learning_rate: float
+    grad_clip: float
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_eps: float
+    dtype: str
+    device: str
+    backend: str
+    zero_stage: int
+
+    @classmethod
+    def of(cls, params: Any) -> "BackendParams":
+        """The knobs of a trainer's params (any object with these attributes)."""
+        return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
+
+
+def check_adamw(p: Any, bad: Bad) -> None:
+    """The AdamW knobs SFT and GRPO params share: `bad(key, why, value)` raises."""
+    for key in ("grad_clip", "weight_decay", "adam_eps"):
+        if getattr(p, key) < 0:
+            bad(key, "must be >= 0", getattr(p, key))
+    for key in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(p, key) < 1.0:
+            bad(key, "must be in [0, 1)", getattr(p, key))
+
+
+def check_backend(p: Any, bad: Bad) -> None:
+    """The backend / ZeRO knobs SFT and GRPO params share: `bad(key, why, value)` raises."""
+    if p.zero_stage == 3:
+        bad("zero_stage", "ZeRO-3 is not supported: with several micro-batches per step its "
+            "update differed from the torch step (measured, deepspeed 0.19.8); use 0-2",
+            p.zero_stage)
+    if p.zero_stage not in (0, 1, 2):
+        bad("zero_stage", "must be 0, 1 or 2", p.zero_stage)
+    if p.zero_stage and p.backend != "deepspeed":
+        bad("zero_stage", "ZeRO needs backend: deepspeed", p.zero_stage)
+
+
+def adamw(model, p: BackendParams) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices only (not norms / biases)."""
+    trainable = [q for q in model.parameters() if q.requires_grad]
+    groups = [{"params": [q for q in trainable if q.ndim >= 2], "weight_decay": p.weight_decay},
+              {"params": [q for q in trainable if q.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=p.learning_rate,
+                             betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps,
+                             foreach=True)
+
+
+def build_backend(model, p: BackendParams) -> "TorchBackend":
+    """The optimizer backend `p.backend` for `model`'s trainable parameters."""
+    return DeepSpeedBackend(model, p) if p.backend == "deepspeed" else TorchBackend(model, p)
+
+
+class TorchBackend:
+    """Plain AdamW in one process."""
+
+    rank, world = 0, 1
+
+    def __init__(self, model, p: BackendParams):
+        self.model, self.p = model, p
+        self.opt = adamw(model, p)
+        self.params = [q for q in model.parameters() if q.requires_grad]
+
+    def all_sum(self, x: float) -> float:
+        return x
+
+    def from_rank0(self, obj):
+        return obj
+
+    def gather(self, obj) -> list:
+        """`obj` of every rank, in rank order."""
+        return [obj]
+
+    def barrier(self) -> None:
+        pass
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        loss.backward()
+
+    def step(self, lr: float) -> float:
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        clip = self.p.grad_clip if self.p.grad_clip > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True))
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return norm
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        return {n: q.detach().to("cpu", copy=True)
+                for n, q in self.model.named_parameters() if q.requires_grad}
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for n, q in self.model.named_parameters():
+                if n in state:
+                    q.copy_(state[n].to(q.device))
+
+
+class DeepSpeedBackend(TorchBackend):
+    """The same AdamW under `deepspeed.initialize` (ZeRO `zero_stage`). A step may hold any
+    number of micro-batches: each backward tells the engine whether it is the last one of the
+    step (`set_gradient_accumulation_boundary`), so gradients accumulate locally until then
+    and `step` reduces, clips and updates once. The loss is already divided by the global
+    normaliser, so DeepSpeed must not rescale it (`scale_wrt_gas=False`)."""
+
+    def __init__(self, model, p: BackendParams):
+        import deepspeed  # lazy: an optional dependency that costs seconds to import
+
+        super().__init__(model, p)
+        self.rank, self.world = init_distributed(p.device)
+        config = {
+            "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "gradient_clipping": p.grad_clip, "zero_optimization": {"stage": p.zero_stage},
+            "bf16": {"enabled": p.dtype == "bfloat16"}, "steps_per_print": 2**31 - 1,
+        }
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.opt,
+                                                    config=config)
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(last)
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def step(self, lr: float) -> float:
+        for g in self.opt.param_groups:  # the client optimizer ZeRO wraps
+            g["lr"] = lr
+        unsharded = None
+        if self.p.zero_stage == 0:  # the engine reports no norm; the reduced grads are here
+            unsharded = float(torch.nn.utils.clip_grad_norm_(self.params, math.inf, foreach=True))
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm() if unsharded is None else unsharded
+        return float(norm) if norm is not None else float("nan")
+
+    def all_sum(self, x: float) -> float:
+        if self.world == 1:
+            return x
+        t = torch.tensor([float(x)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item())
+
+    def from_rank0(self, obj):
+        if self.world == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj) -> list:
+        if self.world == 1:
+            return [obj]
+        out: list = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def init_distributed(device: str) -> tuple[int, int]:
+    """torch.distributed for DeepSpeed; (rank, world size). Launched by a launcher
+    (`deepspeed`, `torchrun`: WORLD_SIZE > 1 and the rendezvous variables set), this process
+    joins its ranks; else it is world size 1, with the rendezvous variables set here where
+    missing. DeepSpeed's CPU backend would compile a shared-memory all-reduce op (40-50 s,
+    ENVIRONMENT.md): its builder is replaced by "no op", so DeepSpeed uses plain
+    torch.distributed (gloo on CPU, nccl on GPUs)."""
+    import deepspeed  # lazy: an optional dependency that costs seconds to import
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing:
+            raise ConfigError(f"backend: deepspeed: WORLD_SIZE={world} but {missing} unset "
+                              "(start the ranks with the deepspeed or torchrun launcher)")
+    else:
+        for k, v in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0",
+                     "WORLD_SIZE": "1"}.items():
+            os.environ.setdefault(k, v)
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    importlib.import_module("deepspeed.comm.torch")
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    opened = not dist.is_initialized()
+    deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl")
+    if opened:
+        atexit.register(_close_group)
+    return int(os.environ["RANK"]), world
+
+
+def _close_group() -> None:
+    """At interpreter exit, destroy the process group `init_distributed` opened: gloo's
+    threads still running at teardown can abort a rank (\"terminate called without an active
+    exception\", seen in CI after the rank's work was written), failing a run that succeeded.
+    Not sooner: DeepSpeed caches the world group (deepspeed.utils.groups), so a group
+    destroyed and opened again in one process breaks the next `deepspeed.initialize`. A group
+    the caller opened is the caller's to close."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
