@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rlvr.enclave import Enclave  # noqa: E402
-from rlvr.sandbox import get_sandbox  # noqa: E402
 from rlvr.authoring.corpus import DEFAULT_CACHE, load_lock  # noqa: E402
 from rlvr.authoring.synth.corpus_families import corpus_families  # noqa: E402
 from rlvr.authoring.synth.pipeline import Synthesizer  # noqa: E402
-from stages.synthesize import load_params  # noqa: E402
+from rlvr.authoring.synth.run import load_params  # noqa: E402
+from rlvr.enclave import Enclave  # noqa: E402
+from rlvr.sandbox import get_sandbox  # noqa: E402
 
 
 def run(backend: str, libraries: list[str], params) -> dict:

@@ -19,6 +19,9 @@ FILE is expected is named as such). `rlvr tasks check` (an author's tool: it sho
 test outcomes and error lines) exits 0 when curation accepts the task, 1 when it rejects it.
 Output piped into a reader that stops early (`rlvr tasks list --tasks FILE | head`) ends the
 command quietly, exit status 141.
+
+`rlvr --help` stays fast: a command imports its own machinery (pyarrow, the enclave, the
+sandbox, curation, the gate's statistics) when it runs; each such import says what it costs.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import sys
 from pathlib import Path
 
 from rlvr.errors import RlvrError, exit_on_error
+from rlvr.tracking.metrics_view import metric_rows, render
 
 
 def _file(value: str) -> Path:
@@ -43,21 +47,20 @@ def _file(value: str) -> Path:
 
 def _load_params(path: Path):
     """curate/sandbox/verify params from `path` when it exists, else the defaults."""
-    from rlvr.enclave.batch import VerifyParams
-    from rlvr.sandbox.params import SandboxParams
-    from rlvr.authoring.curation import CurationParams
+    from rlvr.authoring.curation import CurationParams, load_params  # lazy: enclave, ~0.3 s
+    from rlvr.enclave.batch import VerifyParams  # lazy: enclave, pyarrow, numpy, ~0.4 s
+    from rlvr.sandbox.params import SandboxParams  # lazy: the sandbox package and backends
 
     if not path.exists():
         return CurationParams(), SandboxParams(), VerifyParams()
-    from rlvr.config import load_section
-    from rlvr.authoring.curation import load_params
+    from rlvr.config import load_section  # lazy: PyYAML, ~20 ms
 
     cur, sandbox = load_params(path)
     return cur, sandbox, load_section(VerifyParams, "verify", path)
 
 
 def cmd_tasks_list(args) -> None:
-    from rlvr.tasks.pool import list_tasks
+    from rlvr.tasks.pool import list_tasks  # lazy: pyarrow, ~0.1 s
 
     for t in list_tasks(args.tasks):
         print(f"{t['task_id']}\t{t['family']}\t{t['split']}\t{t['source']}\t"
@@ -65,7 +68,7 @@ def cmd_tasks_list(args) -> None:
 
 
 def cmd_tasks_show(args) -> None:
-    from rlvr.tasks.pool import get_task, load_tasks
+    from rlvr.tasks.pool import get_task, load_tasks  # lazy: pyarrow, ~0.1 s
 
     t = get_task(load_tasks(args.tasks), args.id, args.tasks)
     print(json.dumps({
@@ -79,16 +82,16 @@ def cmd_tasks_show(args) -> None:
 
 
 def cmd_tasks_materialize(args) -> None:
-    from rlvr.tasks.materialize import materialize
-    from rlvr.tasks.pool import get_task, load_tasks
+    from rlvr.tasks.materialize import materialize  # lazy: subprocess, ~15 ms
+    from rlvr.tasks.pool import get_task, load_tasks  # lazy: pyarrow, ~0.1 s
 
     task = get_task(load_tasks(args.tasks), args.id, args.tasks)
     print(materialize(task, args.out))
 
 
 def cmd_import_swebench(args) -> None:
-    from rlvr.tasks.pool import save_tasks
-    from rlvr.authoring.swebench import import_swebench
+    from rlvr.authoring.swebench import import_swebench  # lazy: pyarrow, sandbox, ~0.3 s
+    from rlvr.tasks.pool import save_tasks  # lazy: pyarrow, ~0.1 s
 
     tasks = import_swebench(args.file, args.repos)
     save_tasks(args.out, tasks)
@@ -96,9 +99,9 @@ def cmd_import_swebench(args) -> None:
 
 
 def cmd_export_swebench(args) -> None:
-    from rlvr.artifacts.io import write_text
-    from rlvr.tasks.pool import load_tasks
-    from rlvr.authoring.swebench import export_swebench
+    from rlvr.artifacts.io import write_text  # lazy: pyarrow, ~0.1 s
+    from rlvr.authoring.swebench import export_swebench  # lazy: pyarrow, sandbox, ~0.3 s
+    from rlvr.tasks.pool import load_tasks  # lazy: pyarrow, ~0.1 s
 
     rows = export_swebench(load_tasks(args.tasks))
     write_text(args.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
@@ -106,7 +109,7 @@ def cmd_export_swebench(args) -> None:
 
 
 def cmd_tasks_check(args) -> int:
-    from rlvr.authoring.check import check_task, format_check
+    from rlvr.authoring.check import check_task, format_check  # lazy: enclave, agent, ~0.5 s
 
     params, sandbox, _ = _load_params(args.params)
     if args.backend:
@@ -117,14 +120,15 @@ def cmd_tasks_check(args) -> int:
 
 
 def cmd_tasks_rejections(args) -> None:
+    # lazy: curation with the enclave and the agent, ~0.5 s
     from rlvr.authoring.check import format_rejections, read_rejections
 
     print(format_rejections(read_rejections(args.file)))
 
 
 def cmd_curate(args) -> None:
-    from rlvr.authoring.curation import run_curation
-    from rlvr.tasks.pool import rejections_path, save_pool
+    from rlvr.authoring.curation import run_curation  # lazy: enclave, agent, ~0.3 s
+    from rlvr.tasks.pool import rejections_path, save_pool  # lazy: pyarrow, ~0.1 s
 
     params, sandbox, _ = _load_params(args.params)
     if args.backend:
@@ -137,9 +141,9 @@ def cmd_curate(args) -> None:
 
 
 def cmd_verify(args) -> None:
-    from rlvr.enclave import Enclave
-    from rlvr.tasks.patches import require_diff
-    from rlvr.tasks.pool import get_task, load_tasks
+    from rlvr.enclave import Enclave  # lazy: enclave and sandbox, ~0.1 s
+    from rlvr.tasks.patches import require_diff  # lazy: hashes its own sources, ~25 ms
+    from rlvr.tasks.pool import get_task, load_tasks  # lazy: pyarrow, ~0.1 s
 
     _, sandbox, vparams = _load_params(args.params)
     task = get_task(load_tasks(args.tasks), args.task_id, args.tasks)
@@ -160,8 +164,8 @@ def _gate_params(args):
     """The `gate` section of --params (defaults when the file has none), with the names and
     directories given on the command line. Directories are hashed only when named here: on
     "any two evaluations" the evaluated policy versions are the checkpoint hashes."""
-    from rlvr.config import read_params
-    from rlvr.gate.params import GateParams, load_params
+    from rlvr.config import read_params  # lazy: PyYAML, ~20 ms
+    from rlvr.gate.params import GateParams, load_params  # lazy: pyarrow, ~0.1 s
 
     params = (load_params(args.params) if args.params.exists()
               and "gate" in read_params(args.params) else GateParams())
@@ -183,6 +187,7 @@ def cmd_gate(args) -> None:
     for flag in ("candidate_eval", "out"):
         if getattr(args, flag) is None:
             raise RlvrError(f"rlvr gate: --{flag.replace('_', '-')} is required")
+    # lazy: SciPy, pyarrow and the evaluation's plots, ~0.9 s
     from rlvr.gate.apply import decide_and_register, load_inputs, write_outputs
 
     params = _gate_params(args)
@@ -190,7 +195,7 @@ def cmd_gate(args) -> None:
                          training_metrics=args.training_metrics, use_dirs=True)
     registry = None
     if args.register:
-        from rlvr.tracking.registry import client
+        from rlvr.tracking.registry import client  # lazy: logging, ~10 ms
 
         registry = client()
     result = decide_and_register(params, inputs, registry_client=registry)
@@ -202,9 +207,9 @@ def cmd_gate(args) -> None:
 
 
 def cmd_gate_rollback(args) -> None:
-    from rlvr.config import read_params
-    from rlvr.gate.params import GateParams, load_params
-    from rlvr.tracking.registry import client, rollback
+    from rlvr.config import read_params  # lazy: PyYAML, ~20 ms
+    from rlvr.gate.params import GateParams, load_params  # lazy: pyarrow, ~0.1 s
+    from rlvr.tracking.registry import client, rollback  # lazy: logging, ~10 ms
 
     params = (load_params(args.params) if args.params.exists()
               and "gate" in read_params(args.params) else GateParams())
@@ -306,8 +311,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_metrics(args) -> None:
-    from rlvr.tracking.metrics_view import metric_rows, render
-
     rows = metric_rows(args.root, rev=args.rev, patterns=args.patterns)
     if not rows:
         raise RlvrError("metrics: nothing matches" + (f" {args.patterns}" if args.patterns

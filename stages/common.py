@@ -1,13 +1,11 @@
-"""What every stage module shares: argument parsing conventions and the progress bar (the
-library's, `rlvr.progress`, re-exported so stages and library loops look the same)."""
+"""What every stage module shares: its argument parsing conventions (`--params`, the
+`python -m stages.<name>` program name)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from rlvr.progress import progress
-
-__all__ = ["parser", "progress"]
+__all__ = ["parser"]
 
 
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:

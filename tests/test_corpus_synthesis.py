@@ -144,7 +144,7 @@ def test_tests_not_passing_on_the_seed_state_are_quarantined_not_reference_fails
     from rlvr.authoring.curation import NOT_PASSING_ON_SEED, CurationParams
     from rlvr.authoring.synth.pipeline import SynthParams, Synthesizer
     from rlvr.authoring.synth.seeds import load_family
-    from test_operators import write_family
+    from taskkit import write_family
 
     write_family(tmp_path / "seeds", "minikit")
     (tmp_path / "seeds/minikit/tests/test_env.py").write_text(ENV_TESTS)

@@ -215,7 +215,7 @@ def test_public_tests_run_in_the_agents_sandbox_despite_cov_addopts(sandbox_back
     """Curation's check: the agent's run_tests on the buggy state runs the public module
     (pytest exit 1: tests failed), not a usage error (exit 4) from `--cov`."""
     from rlvr.sandbox import get_sandbox
-    from rlvr.authoring.check import public_tests_run
+    from rlvr.authoring.diagnostics import public_tests_run
 
     public = public_tests_run(TASKS["pytest"], get_sandbox(sandbox_backend), LIMITS)
     assert (public.runnable, public.exit_code) == (True, 1), public

@@ -24,7 +24,7 @@ from rlvr.authoring.synth.candidates import Candidate, combined_candidates, sing
 from rlvr.authoring.synth.instructions import Failure, describe, write_instruction
 from rlvr.authoring.synth.public_tests import materialise, prune_module, select_public
 from rlvr.authoring.synth.seeds import discover, load_family
-from test_operators import write_family
+from taskkit import write_family
 
 # A function no test calls (its mutants are equivalent) and a table validated at import
 # time (flipping that check makes the package unimportable: an invalid mutant).

@@ -161,7 +161,7 @@ def test_diagnose_imports_a_src_layout_package(bwrap_sandbox):
 
     from agentkit import COUNT_FIXED, count_task
 
-    from rlvr.authoring.check import diagnose
+    from rlvr.authoring.diagnostics import diagnose
 
     task = count_task()
     src = {("src/" + p if p.startswith("mini/") else p): t for p, t in task.repo_files.items()}

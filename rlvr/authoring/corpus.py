@@ -16,7 +16,6 @@ seed family for bug injection.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from rlvr.artifacts.digest import file_sha256
 from rlvr.artifacts.io import replace_dir, temp_dir_beside
 from rlvr.errors import RlvrError
 from rlvr.sandbox.envs import canonical_name
@@ -149,11 +149,6 @@ def load_lock(path: Path | str = DEFAULT_LOCK) -> Lock:
     return Lock(tuple(libraries), tuple(wheels))
 
 
-def sha256_of(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def _download(url: str, dest: Path) -> None:
     with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as out:
         shutil.copyfileobj(resp, out)
@@ -164,7 +159,7 @@ def ensure_file(artifact: Artifact, directory: Path, *, offline: bool = False,
     """The verified local copy of `artifact` (downloaded unless cached and intact)."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / artifact.filename
-    if target.is_file() and sha256_of(target) == artifact.sha256:
+    if target.is_file() and file_sha256(target) == artifact.sha256:
         return target
     if offline:
         raise RlvrError(f"{target}: not in the cache (run without --offline to download it)")
@@ -173,7 +168,7 @@ def ensure_file(artifact: Artifact, directory: Path, *, offline: bool = False,
     tmp = Path(tmp_name)
     try:
         download(artifact.url, tmp)
-        got = sha256_of(tmp)
+        got = file_sha256(tmp)
         if got != artifact.sha256:
             raise HashMismatch(f"{artifact.filename}: sha256 {got} does not match the pinned "
                                f"{artifact.sha256} (from {artifact.url}); the file was discarded")
@@ -187,7 +182,7 @@ def unpack_sdist(lib: Library, archive: Path, src_root: Path) -> Path:
     """Unpack `archive` to src_root/<name>-<version> (fresh) and check its licence files and
     test paths exist (`fetch` gives it the tree it builds before swapping it in). tarfile's "data" filter refuses absolute paths, `..`, links out of the
     tree and device files."""
-    if sha256_of(archive) != lib.sdist.sha256:
+    if file_sha256(archive) != lib.sdist.sha256:
         raise HashMismatch(f"{archive}: sha256 does not match the pinned {lib.sdist.sha256}")
     dest = src_root / f"{lib.name}-{lib.version}"
     src_root.mkdir(parents=True, exist_ok=True)

@@ -24,17 +24,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from rlvr.agent.workspace import CONFIG_NAMES
+from rlvr.authoring import flaky
+from rlvr.authoring.authored import discover, load_task_dir
+from rlvr.authoring.diagnostics import diagnose, public_tests_run
+from rlvr.authoring.flaky import catch_probability, runs_needed
+from rlvr.authoring.wrong import wrong_solutions
 from rlvr.config import load_section
 from rlvr.enclave import Enclave
 from rlvr.enclave.core import run_seed
 from rlvr.errors import ConfigError, PatchFormatError
+from rlvr.progress import progress
 from rlvr.sandbox.params import SandboxParams
-from rlvr.authoring import flaky
-from rlvr.authoring.flaky import catch_probability, runs_needed
 from rlvr.tasks.model import Task, content_hash, files_hash
 from rlvr.tasks.patches import apply_patch, make_patch
 from rlvr.tasks.splits import SplitParams, assign_split
-from rlvr.authoring.wrong import wrong_solutions
 
 
 @dataclass(frozen=True)
@@ -155,13 +159,10 @@ class OutcomeCache:
         return run
 
     def public_run(self, task: Task, enclave):
-        """`rlvr.authoring.check.public_tests_run` of `task`'s buggy state, shared by the tasks
-        whose public tests and pytest configuration files are the same (every mutant of a
-        family): whether pytest *runs* them (exit 3/4/5 or not) depends on those, unless a
-        conftest imports the code under test -- then the whole snapshot is the key."""
-        from rlvr.agent.workspace import CONFIG_NAMES
-        from rlvr.authoring.check import public_tests_run
-
+        """`rlvr.authoring.diagnostics.public_tests_run` of `task`'s buggy state, shared by
+        the tasks whose public tests and pytest configuration files are the same (every
+        mutant of a family): whether pytest *runs* them (exit 3/4/5 or not) depends on those,
+        unless a conftest imports the code under test -- then the whole snapshot is the key."""
         if any(Path(p).name == "conftest.py" for p in task.repo_files):
             basis = dict(task.repo_files)
         else:
@@ -378,13 +379,11 @@ def _check_modules_collected(task: Task, fixed: dict[str, str], enclave,
     module that cannot be imported into *no items* (its report would need traceback frames
     the sealed runner refuses), so without this check such a module's tests would silently
     not exist: `hidden_import_error`, naming the module, with the import error a trusted
-    diagnostic pytest run of the fixed state reports (`rlvr.authoring.check`)."""
+    diagnostic pytest run of the fixed state reports (`rlvr.authoring.diagnostics`)."""
     empty = [m for m in hidden_test_modules(task)
              if not any(t.startswith(m + "::") for t in test_ids)]
     if not empty:
         return
-    from rlvr.authoring.check import diagnose
-
     errors = {}
     try:
         errors = diagnose(task, fixed, enclave.sandbox, limits=enclave.limits).collect_errors
@@ -431,7 +430,7 @@ def _split_tests(recs: Sequence[flaky.TestRecord], pristine, params: CurationPar
 
 def _check_public_tests(task: Task, enclave, cache: OutcomeCache) -> None:
     """The agent can run its public tests: `run_tests` through the agent's own executor, in
-    the agent's sandbox, on the buggy state (`rlvr.authoring.check.public_tests_run`)."""
+    the agent's sandbox, on the buggy state (`rlvr.authoring.diagnostics.public_tests_run`)."""
     outcome = cache.public_run(task, enclave)
     if not outcome.runnable:
         raise _Reject("public_tests_unrunnable",
@@ -533,9 +532,6 @@ def load_params(path: Path) -> tuple[CurationParams, SandboxParams]:
 def run_curation(source: Path, params: CurationParams, sandbox: SandboxParams) -> CurationResult:
     """Curate every hand-authored task directory under `source` through a fresh enclave on
     `sandbox` (SandboxParams); write nothing (see `rlvr.tasks.pool.save_pool`)."""
-    from rlvr.progress import progress
-    from rlvr.authoring.authored import discover, load_task_dir
-
     candidates = [load_task_dir(d) for d in discover(source)]
     with Enclave.for_sandbox(sandbox) as enclave, \
             progress(len(candidates), "curate") as bar:

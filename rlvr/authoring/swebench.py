@@ -25,9 +25,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from rlvr.errors import PatchFormatError, TaskFormatError
+from rlvr.artifacts.io import write_text
+from rlvr.errors import ConfigError, PatchFormatError, TaskFormatError
+from rlvr.sandbox.envs import parse_dependencies
 from rlvr.tasks.model import Task, files_hash
 from rlvr.tasks.patches import changed_paths, make_patch, require_diff
+from rlvr.tasks.pool import load_tasks, save_tasks
 
 SOURCE = "swebench"
 REQUIRED = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement",
@@ -188,9 +191,6 @@ def instance_to_task(inst: dict[str, Any], repos_dir: Path | str, *, split: str 
         "extra": {k: v for k, v in sorted(inst.items())
                   if k not in REQUIRED and k not in OPTIONAL and k != ENVIRONMENT},
     }
-    from rlvr.errors import ConfigError
-    from rlvr.sandbox.envs import parse_dependencies
-
     try:
         dependencies = parse_dependencies(inst.get(ENVIRONMENT), where)
     except ConfigError as exc:
@@ -254,8 +254,6 @@ def export_swebench(tasks: Sequence[Task]) -> list[dict[str, Any]]:
 
 def write_instances(path: Path | str, instances: list[dict[str, Any]]) -> None:
     """JSONL for a `.jsonl` path, a JSON list otherwise (atomic)."""
-    from rlvr.artifacts.io import write_text
-
     path = Path(path)
     if path.suffix == ".jsonl":
         text = "".join(json.dumps(i, sort_keys=True) + "\n" for i in instances)
@@ -267,8 +265,6 @@ def write_instances(path: Path | str, instances: list[dict[str, Any]]) -> None:
 # ---- CLI entry points (wired into `rlvr tasks ...` by rlvr/cli.py) -----------------------
 def cmd_import_swebench(args) -> int:
     """`rlvr tasks import-swebench FILE --repos DIR --out FILE [--split S]`"""
-    from rlvr.tasks.pool import save_tasks
-
     tasks = import_swebench(args.file, args.repos, split=getattr(args, "split", None) or "heldout")
     save_tasks(args.out, tasks)
     print(f"imported {len(tasks)} SWE-bench instance(s) -> {args.out}")
@@ -277,8 +273,6 @@ def cmd_import_swebench(args) -> int:
 
 def cmd_export_swebench(args) -> int:
     """`rlvr tasks export-swebench --tasks FILE --out FILE` (.jsonl or .json)"""
-    from rlvr.tasks.pool import load_tasks
-
     instances = export_swebench(load_tasks(args.tasks))
     write_instances(args.out, instances)
     print(f"exported {len(instances)} task(s) -> {args.out}")

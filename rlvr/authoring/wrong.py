@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from rlvr import ast_parse
 from rlvr.tasks.model import Task
+from rlvr.tasks.operators import function_mutants
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,6 @@ def wrong_solutions(task: Task, fixed: dict[str, str], *, max_mutants: int,
 def _mutants(source: str, qualname: str, limit: int, seed: int) -> list[str]:
     if limit <= 0:
         return []
-    from rlvr.tasks.operators import function_mutants
-
     try:
         return [m.source for m in function_mutants(source, qualname, limit=limit, seed=seed)]
     except (KeyError, SyntaxError):  # a def the operators cannot address: the stub still runs

@@ -39,7 +39,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rlvr.agent.passport import invalid_turns
 from rlvr.artifacts.io import read_table, write_tables, write_text
+from rlvr.artifacts.plots import pyplot, save_png
 from rlvr.artifacts.schemas import EVAL, EVAL_TIERS, EVAL_TIMING_COLUMNS, EVAL_TIMINGS
+from rlvr.artifacts.timings import read_sidecar, timings_of
 from rlvr.errors import ArtifactError
 from rlvr.evaluate.metrics import (PairingError, paired_difference, pass_rate_interval,
                                    tier_pass_at_k, tier_pass_hat_k)
@@ -153,7 +155,7 @@ def read_eval(path: Path | str) -> list[dict]:
 
 def read_eval_timings(path: Path | str) -> dict[tuple, dict]:
     """(checkpoint, run, trajectory_id) -> timing row, from an eval timings sidecar."""
-    return timings_by_key(read_table(path, EVAL_TIMINGS, contract="eval_timings").to_pylist())
+    return read_sidecar(path, EVAL_TIMINGS, "eval_timings", timing_key)
 
 
 def _key(row: Mapping[str, Any]) -> tuple[str, int]:
@@ -205,10 +207,7 @@ def _cost(rows: Sequence[Mapping[str, Any]], solved: int,
           timings: Mapping[tuple, Mapping[str, Any]]) -> dict[str, float]:
     """Seconds spent on a group of eval rows (every episode, infra ones included: what the
     solutions cost), per episode and per solved task (NaN: nothing solved)."""
-    missing = [timing_key(r) for r in rows if timing_key(r) not in timings]
-    if missing:
-        raise ArtifactError(f"no timings for {len(missing)} eval row(s), e.g. {missing[0]}")
-    mine = [timings[timing_key(r)] for r in rows]
+    mine = timings_of(rows, timings, timing_key, "eval row(s)")
 
     def total(column: str) -> float:
         return math.fsum(t[column] or 0.0 for t in mine)
@@ -381,9 +380,7 @@ def write_plots(table: Sequence[Mapping[str, Any]], png: Path | str | None,
         write_text(csv_path, buf.getvalue())
     if png is None:
         return
-    from matplotlib.ticker import MaxNLocator
-
-    from rlvr.artifacts.plots import pyplot, save_png
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib only when a PNG is drawn
 
     plt = pyplot()
 

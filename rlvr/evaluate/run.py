@@ -20,10 +20,12 @@ from typing import Mapping, Sequence
 from rlvr.agent.passport import apply_verdicts, needs_verdict
 from rlvr.agent.rollout import RolloutParams, patch_rows, roll_out
 from rlvr.enclave.batch import VerifyParams, verify_patches
+from rlvr.enclave.core import Enclave
 from rlvr.evaluate.params import EvaluateParams
 from rlvr.evaluate.report import check_pairing, eval_rows
 from rlvr.evaluate.sets import EvalSet, tier_of
 from rlvr.sandbox.params import SandboxParams
+from rlvr.teachers.acting import open_engine
 
 
 def rollout_params(params: EvaluateParams, model_dir: Path | str) -> RolloutParams:
@@ -60,7 +62,7 @@ def evaluate_checkpoint(model_dir: Path | str, sets: Sequence[EvalSet], params: 
         return []
     spent: dict = {}
     passports = roll_out(tasks, rollout_params(params, model_dir), sandbox_params, parts_root,
-                         engine=engine, sandbox=sandbox, stats=spent)
+                         engine=engine, open_engine=open_engine, sandbox=sandbox, stats=spent)
     patches = patch_rows([r for r in passports if needs_verdict(r)])
     verdicts = verify_patches(tasks, patches, verify_params(params), sandbox_params,
                               enclave=enclave, where=f"evaluate[{checkpoint}]") \
@@ -79,8 +81,6 @@ def evaluate_checkpoints(checkpoints: Mapping[str, Path | str], sets: Sequence[E
                          stats: dict | None = None) -> list[dict]:
     """Every checkpoint (name -> model dir, in order) on the same sets, one enclave shared;
     the rows are checked to be paired (`check_pairing`) before they are returned."""
-    from rlvr.enclave.core import Enclave
-
     rows: list[dict] = []
     with Enclave.for_sandbox(sandbox_params, consensus_runs=params.consensus_runs) as enclave:
         for name, model_dir in checkpoints.items():

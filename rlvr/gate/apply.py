@@ -21,6 +21,7 @@ from rlvr.gate.inputs import (GateInputError, TrainingMetrics, checkpoint_hash, 
 from rlvr.gate.params import GateParams
 from rlvr.gate.reliability import cost
 from rlvr.gate.report import write_report
+from rlvr.tracking.registry import Checkpoint, apply_decision, check_champion
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,6 @@ def load_inputs(params: GateParams, candidate_eval: Path | str, champion_eval: P
 
 
 def checkpoints(params: GateParams, inputs: GateInputs):
-    from rlvr.tracking.registry import Checkpoint
-
     def one(name, hash_, rows, model_dir, evaluation):
         source = str(Path(model_dir).resolve()) if model_dir else str(Path(evaluation).resolve())
         return Checkpoint(name, hash_, source, tuple(policy_versions(rows)),
@@ -86,8 +85,6 @@ def decide_and_register(params: GateParams, inputs: GateInputs, *,
                       champion_eval=inputs.champion_eval)
     if registry_client is None:
         return result
-    from rlvr.tracking.registry import apply_decision, check_champion
-
     cand, champ = checkpoints(params, inputs)
     for ckpt in (cand, champ):
         if "," in ckpt.content_hash:

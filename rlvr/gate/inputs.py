@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from rlvr.engines.model_dir import weights_fingerprint
 from rlvr.errors import RlvrError
 
 
@@ -102,8 +103,6 @@ def checkpoint_hash(rows: Sequence[Mapping[str, Any]], model_dir: Path | str | N
         # pooled training runs of one recipe: comparable, but no single checkpoint (the
         # registry refuses to register a joined hash)
         return ",".join(versions)
-    from rlvr.engines.model_dir import weights_fingerprint
-
     now = weights_fingerprint(model_dir)
     hashed = [v for v in versions if v.startswith("sha256:")]
     if len(versions) != 1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlvr.artifacts.io import temp_dir_beside, write_text
+from rlvr.artifacts.io import replace_dir, temp_dir_beside, write_text
 from rlvr.artifacts.plots import pyplot, save_png
 from rlvr.evaluate.report import pass_at_k_table
 from rlvr.evaluate.report import write_plots as write_pass_at_k
@@ -197,8 +197,6 @@ def write_report(md_path: Path | str, gate: Mapping[str, Any], *,
                  cost: Mapping[str, Any] | None = None) -> None:
     """The Markdown report at `md_path` and its PNGs (default: `<md stem>_plots/` beside
     it), linked relative to the report."""
-    from rlvr.artifacts.io import replace_dir
-
     md_path = Path(md_path)
     plots_dir = Path(plots_dir) if plots_dir else md_path.with_name(f"{md_path.stem}_plots")
     # drawn into a fresh directory beside it, then swapped in: a killed run leaves the old

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
+from rlvr.artifacts.schemas import EVAL_TIERS
 from rlvr.evaluate.metrics import PairingError, paired_difference, tier_pass_at_k
 from rlvr.gate.inputs import TrainingMetrics
 from rlvr.gate.params import ContractParams, GateParams, StopSignalParams, TrainingKeys
@@ -425,8 +426,6 @@ def apply_rules(candidate: Sequence[Mapping[str, Any]], champion: Sequence[Mappi
                 ) -> tuple[str, list[Rule], dict[str, TierComparison]]:
     """The decision, the five rules in order, and the comparison of every tier both sides
     hold (inputs already checked by `inputs.check_comparable`)."""
-    from rlvr.artifacts.schemas import EVAL_TIERS
-
     tiers = [t for t in EVAL_TIERS if any(r["tier"] == t for r in candidate)]
     cmps = compare_tiers(candidate, champion, tiers, params)
     rules = [

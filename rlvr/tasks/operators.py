@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Callable, Iterator
 
 from rlvr import ast_parse
-from rlvr.tasks.spans import Edit, SourceMap
+from rlvr.tasks.spans import Edit, SourceMap, overlaps
 
 
 @dataclass(frozen=True)
@@ -587,8 +587,6 @@ def combine(parts: list[Site]) -> Site:
 def combined(fn: FunctionContext) -> list[Site]:
     """Two bugs in one function: pairs of single sites from *different* operators whose
     edits do not overlap, in enumeration order (callers sample from them)."""
-    from rlvr.tasks.spans import overlaps
-
     singles = [s for name in SINGLE_OPERATORS for s in OPERATORS[name](fn)]
     out = []
     for i, a in enumerate(singles):

@@ -9,6 +9,7 @@ from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table, write_table
 from rlvr.errors import ArtifactError, UnknownTaskError
 from rlvr.tasks.model import Task
+from rlvr.tasks.splits import check_split_hygiene
 
 
 def load_tasks(path: Path | str) -> list[Task]:
@@ -40,8 +41,6 @@ def rejections_path(out: Path | str) -> Path:
 def save_pool(out: Path | str, accepted: Sequence[Task], rejections: Sequence) -> None:
     """Accepted tasks (after the split-hygiene check) and the rejection log beside them:
     nothing a curation refused is dropped silently."""
-    from rlvr.tasks.splits import check_split_hygiene
-
     check_split_hygiene(accepted)
     save_tasks(out, accepted)
     write_table(rejections_path(out),

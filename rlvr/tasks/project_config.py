@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping
 
 from rlvr.errors import ConfigError
+from rlvr.sandbox.envs import runner_versions
 
 # Options of third-party plugins that projects commonly put in `addopts`, and the distribution
 # that provides each. value: "required" (takes the next token unless written --opt=value),
@@ -178,8 +179,6 @@ def for_task(task) -> ProjectConfig:
 
 def for_files(files: Mapping[str, str], dependencies: Iterable[str] = ()) -> ProjectConfig:
     """`for_task` of a snapshot that is not a task yet (synthesis probes a draft's repo)."""
-    from rlvr.sandbox.envs import runner_versions
-
     plugins = [*runner_versions(), *(pin.split("==", 1)[0] for pin in dependencies)]
     return read_project_config(files, plugins=plugins)
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.errors import ConfigError, exit_on_error
+from rlvr.tracking.pipeline import find_pipeline_run
+from rlvr.tracking.store import EXPERIMENT, tracking_uri as default_uri
 
 
 @dataclass
@@ -78,9 +80,6 @@ def compare_pipeline_runs(key_a: str, key_b: str,
                           tracking_uri: str | None = None) -> list[StageDiff]:
     """Stage-by-stage differences between the pipeline runs of keys `key_a` and `key_b`."""
     from mlflow import MlflowClient
-
-    from rlvr.tracking.pipeline import find_pipeline_run
-    from rlvr.tracking.stage import EXPERIMENT, tracking_uri as default_uri
 
     uri = tracking_uri or default_uri()
     client = MlflowClient(uri)

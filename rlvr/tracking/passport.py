@@ -30,6 +30,10 @@ from typing import Any, Mapping, Sequence
 
 from rlvr.artifacts import schemas
 from rlvr.artifacts.io import read_table
+from rlvr.chat_format import SPECIAL_TOKENS
+from rlvr.enclave.core import VERIFIER_VERSION
+from rlvr.sandbox.image import image_tag
+from rlvr.tasks.pool import load_tasks, rejections_path
 
 FORMAT = "rlvr-passport/1"
 # origin (before any ":") -> whether a correct verifier accepts it; others are unlabelled
@@ -86,8 +90,6 @@ def labelled_rates(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def pool_summary(path: Path | str) -> dict[str, Any]:
     """One task pool and the rejection log beside it (`rlvr.tasks.pool.rejections_path`)."""
-    from rlvr.tasks.pool import load_tasks, rejections_path
-
     tasks = load_tasks(path)
     rejections = read_table(rejections_path(path), schemas.REJECTIONS,
                             contract="rejections").to_pylist()
@@ -165,8 +167,6 @@ def sandbox_identity(sandbox) -> dict[str, Any]:
     out: dict[str, Any] = {"backend": sandbox.backend, "workers": sandbox.workers,
                            "limits": asdict(sandbox.limits)}
     if sandbox.backend == "docker":
-        from rlvr.sandbox.image import image_tag
-
         out["image"] = image_tag()
     else:  # bwrap mounts the host's interpreter read-only: that is its image
         out["image"] = {"python": platform.python_version(), "bwrap": _bwrap_version()}
@@ -187,9 +187,6 @@ def build_passport(*, pools: Sequence[Path | str], split: Any, verify: Any, sand
     beside them), `split` / `verify` / `sandbox` the param dataclasses, `verdicts` this
     run's verdict rows, `selfcheck` the self-check stage's, `scored` the rollout passports
     with their verdicts (for the initial success rates, stop reasons and length limits)."""
-    from rlvr.chat_format import SPECIAL_TOKENS
-    from rlvr.enclave.core import VERIFIER_VERSION
-
     scored = list(scored or [])
     versions = sorted({r["verifier_version"] for r in [*verdicts, *selfcheck]})
     pool_info = {Path(p).name: pool_summary(p) for p in pools}

@@ -29,6 +29,7 @@ from typing import Mapping
 
 from rlvr.errors import ConfigError
 from rlvr.tracking.lineage import DVC_STAGE_ENV, dvc_experiment
+from rlvr.tracking.store import EXPERIMENT, tracking_uri as default_uri
 
 PIPELINE_ENV = "RLVR_PIPELINE_RUN"
 PIPELINE_TAG = "rlvr.pipeline_run"
@@ -127,8 +128,6 @@ def find_pipeline_run(key: str, tracking_uri: str | None = None) -> str | None:
     set), or None: how a driver links to its MLflow run."""
     from mlflow import MlflowClient
 
-    from rlvr.tracking.stage import EXPERIMENT, tracking_uri as default_uri
-
     client = MlflowClient(tracking_uri or default_uri())
     exp = client.get_experiment_by_name(EXPERIMENT)
     return _find(client, exp.experiment_id, key) if exp else None
@@ -139,8 +138,6 @@ def close_pipeline_run(key: str, status: str = "FINISHED",
     """Set the parent run of `key` to `status` (FINISHED | FAILED | KILLED); its id, or None
     when no stage of that pipeline run opened one."""
     from mlflow import MlflowClient
-
-    from rlvr.tracking.stage import tracking_uri as default_uri
 
     run_id = find_pipeline_run(key, tracking_uri)
     if run_id is not None:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rlvr.errors import RlvrError
+from rlvr.tracking.store import tracking_uri as default_uri
 
 HISTORY_TAG = "champion_history"
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # as rlvr.tracking.stage
 
 
 class RegistryError(RlvrError):
@@ -38,7 +37,7 @@ def client(tracking_uri: str | None = None):
     logging.getLogger("alembic").setLevel(logging.WARNING)
     from mlflow import MlflowClient
 
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
+    uri = tracking_uri or default_uri()
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 

@@ -22,8 +22,7 @@ stage body starts and ends with it: FINISHED when the body returns, FAILED when 
   batches through `MlflowClient.log_batch` while the stage runs), small artifacts.
 
 MLflow stays optional: `RLVR_TRACKING=off` skips it (the metrics file is still written,
-only when the body succeeds). The store is a sqlite file at the repo root unless
-`MLFLOW_TRACKING_URI` says otherwise (MLflow's file store is deprecated).
+only when the body succeeds). Where the runs live: `rlvr.tracking.store`.
 """
 from __future__ import annotations
 
@@ -39,22 +38,12 @@ from typing import Any, Iterator, Mapping, Sequence
 from rlvr.artifacts.io import write_json
 from rlvr.config import as_dict
 from rlvr.tracking import lineage
-from rlvr.tracking.lineage import git_commit  # noqa: F401  (re-exported: older callers)
+from rlvr.tracking.pipeline import PIPELINE_TAG, open_parent, pipeline_key
+from rlvr.tracking.store import EXPERIMENT, tracking_enabled, tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-EXPERIMENT = "rlvr"
-TRACKING_ENV = "RLVR_TRACKING"
 MAX_ARTIFACT_BYTES = 8 << 20
 STEP_FLUSH_METRICS = 1000   # MLflow's metrics-per-batch limit
 STEP_FLUSH_SECONDS = 10.0   # a live curve in the UI without one call per step
-
-
-def tracking_enabled() -> bool:
-    return os.environ.get(TRACKING_ENV, "mlflow") != "off"
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
 
 
 @dataclass
@@ -229,8 +218,6 @@ class _Tracker:
         from mlflow.entities import Param, RunTag
         from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
-        from rlvr.tracking.pipeline import PIPELINE_TAG, open_parent, pipeline_key
-
         client = MlflowClient(tracking_uri())
         experiment_id = _experiment_id(client)
         root = lineage.repo_root()
@@ -275,6 +262,7 @@ class _Tracker:
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import DatasetInput, InputTag
 
+        # lazy: subclasses MLflow's DatasetSource (1-2 s to import; RLVR_TRACKING=off skips it)
         from rlvr.tracking.datasets import PathDatasetSource
 
         inputs, tags, missing = [], {}, []

@@ -14,9 +14,9 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rlvr.tasks.operators import SINGLE_OPERATORS, FunctionContext, OPERATORS, Site, \
-    compiles, function_names
 from rlvr.authoring.synth.seeds import SeedFamily
+from rlvr.tasks.operators import OPERATORS, SINGLE_OPERATORS, FunctionContext, Site, compiles, \
+    function_mutants, function_names
 from rlvr.tasks.spans import SourceMap, overlaps
 
 GENERATOR = "rlvr.synth/1"  # bump when operators change what a given site produces
@@ -153,8 +153,6 @@ def sample_round_robin(parts: list[Part], budget: int, rng: random.Random,
 def sibling_keys(family: SeedFamily, *, limit: int, seed: int) -> frozenset[str]:
     """Part keys of the mutants curation will try as wrong solutions of each function
     (`function_mutants(seed module, function, limit, seed)`, rule 3)."""
-    from rlvr.tasks.operators import function_mutants
-
     keys = set()
     if limit <= 0:
         return frozenset()
