@@ -30,6 +30,11 @@ class SandboxUnavailable(RlvrError):
     """The requested sandbox backend cannot run on this machine (e.g. no docker daemon)."""
 
 
+class UnsupportedRuntime(SandboxUnavailable):
+    """The enclave's interpreter or pytest is not the locked version its threat model is
+    argued for (`enclave/_inside/runner.py`: LOCKED_PYTHON, LOCKED_PYTEST)."""
+
+
 def exit_on_error(main):
     """Decorator for entry points: an RlvrError becomes one line on stderr and exit status 2."""
     import functools

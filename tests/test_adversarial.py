@@ -18,6 +18,7 @@ import pytest
 
 from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
                                Canary)
+from adversarial.threads import THREAD_CASES
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
@@ -34,11 +35,14 @@ TASKS = {"pytest": TASK, "lean": make_task(hidden_tests=HIDDEN_LEAN)}
 UT_TASK = make_task(hidden_tests=HIDDEN_UNITTEST, fail_to_pass=UNITTEST_FAIL_TO_PASS,
                     pass_to_pass=UNITTEST_PASS_TO_PASS)
 ATTACK_TASKS = {**TASKS, "unittest": UT_TASK}
+# Every attack: the original suite plus those written for later-found surfaces.
+ALL_CASES = CASES + THREAD_CASES
 
 
 def test_there_are_at_least_25_distinct_attacks():
     names = [c.name for c in CASES]
     assert len(names) == len(set(names)) >= 25
+    assert len({c.name for c in ALL_CASES}) == len(ALL_CASES)
     assert len([c for c in CASES if c.reason != "patch_rejected"]) >= 25
     assert not {c.name for c in UNITTEST_CASES} & set(names)
 
@@ -108,7 +112,7 @@ def test_unittest_attack_fails(enclave, canary, case):
 
 
 @pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
 def test_attack_fails(enclave, canary, case, runner):
     before = _digest(canary.dir)
     patch = case.make(canary)

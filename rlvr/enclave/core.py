@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rlvr import seeds
-from rlvr.errors import SandboxUnavailable
+from rlvr.errors import SandboxUnavailable, UnsupportedRuntime
 from rlvr.sandbox import Limits, Mount, envs, get_sandbox
 from rlvr.sandbox.channel import ReplyLines, ServerClosed, server_limits
 from rlvr.seeds import derive_seed
@@ -169,6 +169,10 @@ class _Worker:
             tail = getattr(handle, "stderr_tail", lambda: "")()
             self.stop()
             raise SandboxUnavailable(f"enclave server did not start ({exc}): {tail[-800:]}") from None
+        if ready.get("refused") == "unsupported_runtime":
+            self.stop()
+            raise UnsupportedRuntime(f"the enclave refuses this runtime: {ready.get('detail')} "
+                                     f"(sandbox python {self.enclave.sandbox.python})")
         if not ready.get("ready"):
             self.stop()
             raise SandboxUnavailable(f"enclave server sent {ready!r} instead of ready")

@@ -124,6 +124,27 @@ A probe that raises is not a claim: legitimate ``__eq__`` methods that build an 
 from the other side reject the perturbed copy, and the real comparison then decides.
 Lists, tuples and dicts are compared element-wise (bounded).
 
+Threads
+-------
+CPython may switch threads between any two bytecodes, so a thread of the code under test can
+run while the main thread is inside a trusted step, the hook included. Two rules:
+
+* The hook ignores the audit events of its own reads (frame views, the who-is-asking
+  lookup) *per thread*: a set of thread idents, not one flag. With one flag, a thread that
+  asked for ``sys._current_frames()`` while the main thread was inside the hook was waved
+  through and could take the hook's key from its frame (``thread_race_hook_window``,
+  ``thread_race_frame1_window`` obtained ``passed`` that way).
+* Before each trusted step that reads bindings (accepting a pass, the collection and
+  per-test checkpoints, the end), the hook waits for threads started since arming to end
+  (``_thread._count()``, C, not rebindable; at most THREAD_WAIT_STEPS sleeps per run). One
+  still running fails the run (``tamper_thread_alive``): CPython cannot stop a thread, and
+  a step read while it runs is not evidence. Threads that end, joined or not, and
+  executors used as context managers cost an honest patch nothing.
+
+Runtime lock: the argument above is made for CPython 3.11 and pytest 9.2.0 (audit events,
+frame layout, pytest internals); `runtime_refusal` makes the server refuse any other
+version before it arms, and the host raises ``errors.UnsupportedRuntime``.
+
 Residual risk (honest list)
 ---------------------------
 CPython is not a security boundary. The sandbox (namespaces, a fresh unprivileged uid per
@@ -132,8 +153,7 @@ the cost of forging a *verdict* from inside it. Known gaps:
 
 * Patch-and-restore within one window. Module attributes and class attributes can be
   rebound without an audit event; a patch that rebinds pytest internals and restores them
-  before the next checkpoint (e.g. twice inside one collection, or from a thread between
-  two checks) can change what pytest computes - fixture values, indirect parametrization,
+  before the next checkpoint (e.g. twice inside one collection) can change what pytest computes - fixture values, indirect parametrization,
   which items exist. The sentinel still requires the genuine assertions to pass on the
   values they get, and every test id must be reported.
 * Hidden test *data* files (non-.py) must be on disk for tests that open them and are
@@ -160,6 +180,12 @@ the cost of forging a *verdict* from inside it. Known gaps:
 * Hidden-test objects handed to the code under test (callbacks, generators, fixtures such
   as ``request``) expose what Python exposes without audit: a hidden callback's
   ``__globals__`` is its test module's namespace, its ``__code__`` holds constants.
+* Threads: a thread that starts *during* a trusted step (from a finalizer or a callback of
+  the code under test that the step itself triggers) and ends before the step's next
+  thread check can race that one step; CPython offers no audit event for thread start in
+  3.11 to refuse it. Python has no way to stop a thread, so a live one fails the run rather
+  than being stopped, which also fails honest code that leaves a thread running past a
+  test (a pool never shut down): curation rejects such a task instead of trusting it.
 * Without root there is no uid switch: the child shares the server's uid; it cannot ptrace
   or read the non-dumpable server and the hook refuses ``kill``, but an escape from the hook
   could kill the server - scored as a failure, never a pass.
@@ -172,10 +198,12 @@ the cost of forging a *verdict* from inside it. Known gaps:
 """
 from __future__ import annotations
 
+import _thread
 import ast
 import os
 import random
 import sys
+import time
 import types
 import unittest
 import warnings
@@ -197,9 +225,19 @@ REPO = RUN_ROOT + "/repo"
 HIDDEN = RUN_ROOT + "/hidden"
 BASETEMP = RUN_ROOT + "/tmp"
 
+# The runtime this module's argument is made for: the audit events, frame and code-object
+# layout, and pytest internals it relies on are those of CPython 3.11 and pytest 9.2.0
+# (requirements/lock.txt). Another version may add an unaudited path or move a binding the
+# checkpoints compare, so the server refuses to start on it (`runtime_refusal`).
+LOCKED_PYTHON = (3, 11)
+LOCKED_PYTEST = "9.2.0"
+
 PASS_EVENT = "rlvr.pass"
 EQ_EVENT = "rlvr.eq"
 OUTCOMES = ("passed", "failed", "error", "skipped")
+# How long (in 2 ms sleeps, per run) trusted steps wait for threads of the code under test
+# to end before a live one fails the run (make_hook.threads_quiet).
+THREAD_WAIT_STEPS = 500
 
 # Audit events blocked once armed, by category (the category becomes a safety flag).
 _PROCESS_EVENTS = frozenset({
@@ -227,6 +265,22 @@ _WRITE_PATH_EVENTS = frozenset({
 _NO_REIMPORT = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "signal", "_signal", "gc", "_testcapi",
                           "_xxsubinterpreters", "faulthandler", "resource", "_lsprof", "cProfile"})
 # sys attributes that legitimately change while tests run.
+def runtime_refusal(version_info=None, pytest_version: str | None = None) -> str | None:
+    """Why this interpreter and pytest are not the ones the threat model argues for, or None.
+    Checked by the server before it arms: a guarantee argued for one version is not assumed
+    for another (the host raises `errors.UnsupportedRuntime`)."""
+    version_info = sys.version_info if version_info is None else version_info
+    pytest_version = pytest.__version__ if pytest_version is None else pytest_version
+    problems = []
+    if (getattr(version_info, "major", version_info[0]), version_info[1]) != LOCKED_PYTHON \
+            or sys.implementation.name != "cpython":
+        problems.append(f"python {'.'.join(map(str, tuple(version_info)[:3]))} ({sys.implementation.name}), "
+                        f"locked: CPython {'.'.join(map(str, LOCKED_PYTHON))}")
+    if pytest_version != LOCKED_PYTEST:
+        problems.append(f"pytest {pytest_version}, locked: {LOCKED_PYTEST}")
+    return "; ".join(problems) or None
+
+
 _VOLATILE_SYS = frozenset({
     "stdout", "stderr", "stdin", "__stdout__", "__stderr__", "__stdin__", "last_type",
     "last_value", "last_traceback", "exc_info", "modules", "path_importer_cache", "ps1", "ps2",
@@ -773,8 +827,15 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     tb_snap = _tuple((d, _tuple(d.values())) for d in tb.get("namespaces", ()))
     keep_tb = tb  # noqa: F841 - code ids must stay unique
 
+    # The threads now inside the hook's own reads (whose audit events it ignores): a set of
+    # thread idents, not one flag, so another thread's events are never waved through
+    # while one thread is inside.
+    inside: set = set()
+    inside_add, inside_discard = inside.add, inside.discard
+    _ident, _thread_count, _sleep = _thread.get_ident, _thread._count, time.sleep
+    thread_wait_steps = THREAD_WAIT_STEPS
     S: dict = {
-        "phase": "server", "in": False, "seq": 0, "flags": set(), "key": None,
+        "phase": "server", "threads": 0, "thread_wait": 0, "seq": 0, "flags": set(), "key": None,
         "fd": -1, "nonce": "", "suite": None, "plan": None, "pos": 0, "current": None,
         "loop": None, "passed": None, "snap": None, "full": None, "cwd": "/",
         "read_ok": (), "write_ok": (), "deny": (), "tamper": [], "pre_dicts": frozenset(),
@@ -786,11 +847,12 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             _write(2, ("[rlvr-hook] " + msg + "\n").encode("utf-8", "replace"))
 
     def frame1():
-        S["in"] = True
+        me = _ident()
+        inside_add(me)
         try:
             return _getframe(2)
         finally:
-            S["in"] = False
+            inside_discard(me)
 
     def mac(msg):
         inner = _sha256(S["ipad"] + msg).digest()
@@ -1021,6 +1083,25 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             depth += 1
         return g is run_frame and saw_pyfunc
 
+    def threads_quiet():
+        """True when no thread but those alive at arming runs. Checked before each trusted
+        step that reads bindings (a pass, the collection and per-test checkpoints, the end):
+        a thread of the code under test could rebind and restore what that step reads while
+        it reads it. CPython cannot stop a thread, so the step waits for it to end (at most
+        THREAD_WAIT_STEPS sleeps per run, shared by all steps); one still running then fails
+        the run (tamper_thread_alive). Threads a test or the code under test starts and
+        joins, or that end on their own, cost nothing."""
+        base = S["threads"]
+        if _thread_count() <= base:
+            return True
+        while S["thread_wait"] > 0:
+            S["thread_wait"] -= 1
+            _sleep(0.002)
+            if _thread_count() <= base:
+                return True
+        flag("tamper_thread_alive")
+        return False
+
     def caller_is(f, ids):
         return f if f is not None and _id(f.f_code) in ids else None
 
@@ -1107,7 +1188,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         while g is not None and _len(chain) < 2000:
             chain.append(g)
             g = g.f_back
-        S["in"] = True  # reading f_code / f_locals raises audit events of our own
+        me = _ident()
+        inside_add(me)  # reading f_code / f_locals raises audit events of our own
         cache = S["vcache"]
         if _len(cache) > 4096:
             cache.clear()
@@ -1130,7 +1212,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 cache[key] = (g, line, view, made)
                 view = made
         finally:
-            S["in"] = False
+            inside_discard(me)
         del chain, g
         _list.append(args[1], view)
 
@@ -1156,13 +1238,14 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         cap = c.f_locals.get("capture_locals")
         if cap is None or cap is False:
             return True
-        S["in"] = True
+        me = _ident()
+        inside_add(me)
         try:
             return not opaque(tb.tb_frame)
         except _BaseException:
             return False
         finally:
-            S["in"] = False
+            inside_discard(me)
 
     # Events the hook looks at; everything else (most of the traffic: builtins.id,
     # os.putenv, ...) returns after one dict lookup.
@@ -1172,7 +1255,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     }) | process_ev | network_ev | intro_ev | signal_ev | limit_ev | write_path_ev
 
     def hook(event, args):
-        if S["in"]:
+        if inside and _ident() in inside:
             return
         if event not in watched and event[:5] != "rlvr." and event[:7] != "ctypes.":
             return
@@ -1223,7 +1306,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             if _debug and event != PASS_EVENT:
                 debug(f"{event} from {f.f_code.co_name if f is not None else None}")
             if event == PASS_EVENT:
-                if f is not None and phase == "armed" and verify_pass(f):
+                if f is not None and phase == "armed" and threads_quiet() and verify_pass(f):
                     S["passed"][S["current"][0]] = True
                 elif f is None or (S.get("test_codes") or empty_codes).get(_id(f.f_code)) is None:
                     flag("tamper_forged_pass")
@@ -1242,6 +1325,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                         debug("arm refused")
                         return
                     S["sysdict"] = args[1]
+                    S["threads"], S["thread_wait"] = _thread_count(), thread_wait_steps
                     if args[2] is True:  # the lean runner: pytest's protocol never runs
                         S["snap"] = S["presnap"] + snapshot(args[0])
                         S["snap_cls"] = S["presnap_pytest"] + S["presnap_cls"]
@@ -1275,6 +1359,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 S["snap"] = S["snap"] + snapshot(extra)
                 lists = _tuple(loc.get("hooklists"))
                 S["hooklists"] = (lists, _tuple(_map(_len, lists)), _tuple(_chain(lists)))
+                threads_quiet()
                 check(S["snap"], "collection")
                 check(S["snap_cls"], "collection")
                 emit("coll", _str(_len(plan)))
@@ -1310,7 +1395,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                     flag("tamper_forged_pass")
                     return
                 pos = cur[0]
-                ok = check(S["snap"], "after_test")
+                ok = threads_quiet() and check(S["snap"], "after_test")
                 reported = args[0] if _type(args[0]) is _str and args[0] in OUTCOMES else "failed"
                 hint = args[1] if _type(args[1]) is _str else ""
                 if S["passed"][pos] and reported == "passed" and ok:
@@ -1328,7 +1413,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 if f is None or f is not S["loop"]:
                     flag("tamper_forged_pass")
                     return
-                ok = check(S["snap"], "end") and check(S["snap_cls"], "end")
+                ok = threads_quiet() and check(S["snap"], "end") and check(S["snap_cls"], "end")
                 emit("done", "1" if ok else "0")
                 S["phase"] = "done"
                 return

@@ -572,6 +572,10 @@ def summarize(parsed: dict, status: int, ru, timed_out: bool, elapsed: float, li
 
 
 def main() -> None:
+    refusal = runner.runtime_refusal()
+    if refusal:  # before arming: nothing of a task has been read yet
+        Server.write({"ready": False, "refused": "unsupported_runtime", "detail": refusal})
+        raise SystemExit(3)
     Server().serve()
 
 
