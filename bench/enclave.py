@@ -26,7 +26,12 @@ suite size: `--sizes` runs the comparison on hidden suites cut to about N tests 
 files, in name order); the headline is the size closest to 40.
 
     python bench/enclave.py [--backend bwrap|docker] [--seed-repo PATH | --library NAME]
-                            [--verdicts 20] [--sizes 10,40,all]
+                            [--verdicts 20] [--sizes 10,40,all] [--against REV]
+
+`--against REV` replaces the cold baseline by the enclave runner of another commit (its
+`rlvr/enclave/_inside` tree, extracted with `git archive`, served by this commit's host
+side): the warm cost of a runner change, old and new verdicts interleaved (which goes first
+alternates), medians and the new/old ratio per size.
 """
 from __future__ import annotations
 
@@ -197,6 +202,77 @@ def compare(enclave: Enclave, sandbox, task: Task, verdicts: int, task_env: Path
             "agreement": agree / verdicts}
 
 
+def runner_tree(rev: str, into: Path) -> Path:
+    """`rev`'s rlvr/enclave/_inside tree, extracted under `into` (readable in the sandbox)."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "rlvr/enclave/_inside"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    tree = into / "rlvr" / "enclave" / "_inside"
+    for path in [into, *into.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return tree
+
+
+def compare_runners(new: Enclave, old: Enclave, task: Task, verdicts: int) -> dict:
+    """Warm verdicts of this commit's runner and another's on the same task, interleaved."""
+    patches = [task.reference_patch, ""]
+    wall: dict[str, list[float]] = {"new": [], "old": []}
+    cpu: dict[str, list[float]] = {"new": [], "old": []}
+    for enc in (new, old):
+        enc.verify(task, task.reference_patch, seed=0)  # ship the task to each server once
+    for i in range(verdicts):
+        patch = patches[i % 2]
+        order = (("new", new), ("old", old)) if i % 4 < 2 else (("old", old), ("new", new))
+        for side, enc in order:
+            t = time.monotonic()
+            v = enc.verify(task, patch, seed=i)
+            wall[side].append(time.monotonic() - t)
+            cpu[side].append(v.resources["cpu_seconds"])
+            if v.success != (patch == task.reference_patch):
+                raise SystemExit(f"verdict {i} ({side} runner): {v.success} ({v.reason}) on {task.task_id}")
+    ws, os_, wc, oc = summary(wall["new"]), summary(wall["old"]), summary(cpu["new"]), summary(cpu["old"])
+    return {"task": task.task_id, "new": ws, "old": os_, "new_cpu": wc, "old_cpu": oc,
+            "ratio_median": round(ws["median_s"] / os_["median_s"], 3),
+            "cpu_ratio_median": round(wc["median_s"] / oc["median_s"], 3)}
+
+
+def against_main(args, sizes) -> None:
+    """--against REV: this commit's runner vs REV's, warm, on every size."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rlvr-runner-") as tmp, \
+            Enclave(backend=args.backend, limits=LIMITS, workers=1, consensus_runs=1) as new, \
+            Enclave(backend=args.backend, limits=LIMITS, workers=1, consensus_runs=1) as old:
+        Path(tmp).chmod(0o755)
+        old.inside_dir = runner_tree(args.against, Path(tmp))
+        full, per_file, label = bench_task(new, args)
+        seen = set()
+        for size in sizes:
+            task = cut(full, per_file, size)
+            if frozenset(task.hidden_tests) in seen:
+                continue
+            seen.add(frozenset(task.hidden_tests))
+            r = compare_runners(new, old, task, args.verdicts)
+            r["tests"] = sum(n for f, n in per_file.items() if f in task.hidden_tests)
+            results.append(r)
+            print(f"{r['tests']:4d} tests: new median {r['new']['median_s'] * 1000:6.1f} ms, old "
+                  f"{r['old']['median_s'] * 1000:6.1f} ms -> x{r['ratio_median']:.3f} wall, "
+                  f"x{r['cpu_ratio_median']:.3f} CPU", file=sys.stderr)
+    emit({"bench": "enclave_runner", "backend": args.backend, "against": args.against, "task": label,
+          "verdicts_per_size": args.verdicts, "loadavg": round(os.getloadavg()[0], 2), "sizes": results})
+
+
+def bench_task(enclave: Enclave, args) -> tuple[Task, dict[str, int], str]:
+    """The benchmark task (a real library's or the seed repo's) and its tests per file."""
+    if args.library:
+        lib = read_library(args.library)
+        hidden = passing_suite(enclave, lib.label, lib.sources, lib.tests, lib.dependencies)
+        full, per_file = build_task(enclave, lib.label, lib.sources, hidden, lib.dependencies, include_init=True)
+        return full, per_file, lib.label
+    sources, tests = read_seed_repo(args.seed_repo)
+    full, per_file = build_task(enclave, args.seed_repo.name, sources, tests)
+    return full, per_file, args.seed_repo.name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="bwrap")
@@ -205,6 +281,7 @@ def main() -> None:
     src.add_argument("--library", help="a data/real/corpus.toml library name, e.g. python-slugify")
     ap.add_argument("--verdicts", type=int, default=20)
     ap.add_argument("--sizes", default="10,40,all", help="comma-separated suite sizes, 'all' = whole suite")
+    ap.add_argument("--against", metavar="REV", help="compare with REV's enclave runner instead of a cold pytest")
     args = ap.parse_args()
     if not shutil.which("git"):
         raise SystemExit("git is required")
@@ -212,6 +289,9 @@ def main() -> None:
 
     if args.library:  # the task env is built offline from the corpus wheelhouse
         os.environ.setdefault("RLVR_WHEELHOUSE", str(CORPUS_CACHE / "wheelhouse"))
+    if args.against:
+        against_main(args, sizes)
+        return
     sandbox = get_sandbox(args.backend)
     results = []
     with Enclave(backend=args.backend, limits=LIMITS, workers=1, consensus_runs=1) as enclave:

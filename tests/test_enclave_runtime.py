@@ -51,7 +51,7 @@ def test_the_server_refuses_before_arming():
     assert "python 3.12.0" in reply["detail"]
 
 
-def test_the_host_raises_unsupported_runtime(sandbox_backend, tmp_path, monkeypatch):
+def test_the_host_raises_unsupported_runtime(sandbox_backend, tmp_path):
     """End to end on each backend: an enclave whose runner is locked to another pytest
     refuses to start in the real sandbox, and the host names the reason."""
     inside = tmp_path / "_inside"
@@ -62,8 +62,8 @@ def test_the_host_raises_unsupported_runtime(sandbox_backend, tmp_path, monkeypa
     inside.chmod(0o755)
     for f in inside.iterdir():
         f.chmod(0o755 if f.is_dir() else 0o644)
-    monkeypatch.setattr(core, "INSIDE_DIR", inside)
     with core.Enclave(backend=sandbox_backend) as enclave:
+        enclave.inside_dir = inside
         with pytest.raises(UnsupportedRuntime, match=r"pytest .*locked: 0\.0\.1"):
             enclave.warm_up()
     assert issubclass(UnsupportedRuntime, SandboxUnavailable)

@@ -233,6 +233,9 @@ class Enclave:
         # Plain suites run under the in-enclave lean runner (same verdict channel, pytest's
         # ids and outcomes; anything it does not plan falls back to pytest). False: always pytest.
         self.lean_runner = bool(lean_runner)
+        # The runner tree the servers start from (a benchmark points one enclave at another
+        # commit's tree to compare runners side by side; bench/enclave.py --against).
+        self.inside_dir = INSIDE_DIR
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-enclave-spawn")
         self._all = [_Worker(self, i) for i in range(workers)]
         self._idle: queue.Queue = queue.Queue()
@@ -272,7 +275,7 @@ class Enclave:
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
         future = self._spawner.submit(
-            self.sandbox.serve, argv, mounts=[Mount(INSIDE_DIR, INSIDE_TARGET)], cwd="/tmp",
+            self.sandbox.serve, argv, mounts=[Mount(self.inside_dir, INSIDE_TARGET)], cwd="/tmp",
             env=env, limits=server_limits(self.limits), **self._serve_kwargs,
             task_env=task_env,
         )
