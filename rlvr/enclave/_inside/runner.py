@@ -929,6 +929,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     hidden_exec_ids = frozenset({_id(exec_hidden.__code__)})
     sysmods_get = sys.modules.get
     class_dict = type.__dict__["__dict__"].__get__
+    per_test_pins = PER_TEST_PINS
 
     S: dict = {
         "phase": "server", "in": False, "seq": 0, "flags": set(), "key": None,
@@ -936,7 +937,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         "loop": None, "passed": None, "snap": None, "full": None, "cwd": "/",
         "read_ok": (), "write_ok": (), "deny": (), "tamper": [], "pre_dicts": frozenset(),
         "hooklists": None, "vcache": {},
-        "pins": ((), ()), "planned": {}, "planned_cls": {}, "ns_seen": frozenset(), "ns_early": frozenset(),
+        "pins": ((), ()), "pins_test": ((), ()), "coll": (), "planned": {}, "planned_cls": {}, "ns_seen": frozenset(), "ns_early": frozenset(),
     }
 
     def debug(msg):
@@ -1019,10 +1020,11 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             flag("tamper_integrity")
         return bad is None
 
-    def pins_ok(label):
+    def pins_ok(label, which="pins"):
         """Every pinned sys.modules entry (the runner's dependencies) is still the module
-        object the server imported: identity, one C pass over a fixed name list."""
-        names, mods = S["pins"]
+        object the server imported: identity, one C pass over a fixed name list (after each
+        test only the entries a test's run reads by name: `PER_TEST_PINS`)."""
+        names, mods = S[which]
         try:
             if _all(_map(_is, _map(sysmods_get, names), mods)):
                 return True
@@ -1372,8 +1374,11 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 S["presnap"] = snapshot(args[0])
                 S["presnap_pytest"] = snapshot(args[1])
                 S["presnap_cls"] = snapshot(args[2])
-                if _len(args) > 3:
+                if _len(args) > 4:
                     S["pins"] = (_tuple(args[3]), _tuple(args[3].values()))
+                    few = [n for n in args[3] if n in per_test_pins]
+                    S["pins_test"] = (_tuple(few), _tuple(args[3][n] for n in few))
+                    S["coll"] = snapshot(args[4])
                 return
             if event == "rlvr.init":
                 key, fd, nonce, paths, suite = args
@@ -1425,7 +1430,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 # classes it could have rebound are compared too.
                 if phase == "armed":
                     if check(S["snap"], "step") and pins_ok("step") and _len(args) and args[0] == "import":
-                        check(S["snap_cls"], "step")
+                        check(S["coll"], "step")
                 return
             if event == HIDDEN_EVENT:
                 if phase != "armed" or S["plan"] is not None or _len(args) != 2 or caller_is(f, hidden_exec_ids) is None:
@@ -1435,7 +1440,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                     return
                 S["ns_seen"] = S["ns_seen"] | {_id(d)}
                 if check(S["snap"], "hidden") and pins_ok("hidden"):
-                    check(S["snap_cls"], "hidden")
+                    check(S["coll"], "hidden")
                 if fname[-12:] == "/__init__.py":
                     return  # a package's namespace gains its submodules later: snapshotted at collection
                 planned = S["planned"].get(fname)
@@ -1541,7 +1546,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                     flag("tamper_forged_pass")
                     return
                 pos = cur[0]
-                ok = check(S["snap"], "after_test") and pins_ok("after_test") and not S["tamper"]
+                ok = check(S["snap"], "after_test") and pins_ok("after_test", "pins_test") and not S["tamper"]
                 reported = args[0] if _type(args[0]) is _str and args[0] in OUTCOMES else "failed"
                 hint = args[1] if _type(args[1]) is _str else ""
                 if S["passed"][pos] and reported == "passed" and ok:
@@ -2018,7 +2023,37 @@ def presnapshot() -> None:
     (once, before the first fork: ~8k bindings a child no longer copies and touches)."""
     late = {object.__hash__(d) for d in late_namespaces()}
     sys.audit("rlvr.presnap", *([d for d in group if object.__hash__(d) not in late]
-                                for group in _GUARDED or guarded_namespaces()), pinned_modules())
+                                for group in _GUARDED or guarded_namespaces()), pinned_modules(),
+               collection_namespaces())
+
+
+# What a hidden module's body and the collection of its tests read (pytest.mark, fixtures,
+# raises/approx, the collectors, pluggy's hook calls, unittest's TestCase and loader): the
+# module dicts and their classes' dicts, compared at the collection checkpoints (the rest of
+# pytest's classes, which no collection step reads, at the end of collection and of the run).
+COLLECTION_PATH = ("_pytest.python", "_pytest.mark.structures", "_pytest.fixtures", "_pytest.nodes",
+                   "_pytest.unittest", "_pytest.main", "_pytest.raises", "_pytest.approx", "_pytest.outcomes",
+                   "_pytest.compat", "pluggy._hooks", "pluggy._manager", "pluggy._callers", "unittest.case",
+                   "unittest.loader")
+
+
+def collection_namespaces() -> list:
+    out: list = []
+    for name in COLLECTION_PATH:
+        mod = sys.modules.get(name)
+        if not isinstance(mod, types.ModuleType):
+            continue
+        out.append(vars(mod))
+        out += [vars(v) for v in list(vars(mod).values()) if isinstance(v, type) and v.__module__ == name]
+    return out
+
+
+# The pinned entries a test's run reads from sys.modules by name (pytest's runner and
+# unittest plugin look up "unittest" / "unittest.case" per test; test bodies import these):
+# compared after every test; all pinned entries at every collection checkpoint and the end.
+PER_TEST_PINS = frozenset({"unittest", "unittest.case", "pytest", "builtins", "sys", "os", "random", "math",
+                           "functools", "operator", "types", "io", "_pytest.outcomes", "_pytest.raises",
+                           "_pytest.approx", "_pytest.runner", "_pytest.unittest"})
 
 
 def pinned_modules() -> dict:
