@@ -929,6 +929,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     hidden_exec_ids = frozenset({_id(exec_hidden.__code__)})
     sysmods_get = sys.modules.get
     class_dict = type.__dict__["__dict__"].__get__
+    class_qualname = type.__dict__["__qualname__"].__get__
     per_test_pins = PER_TEST_PINS
 
     S: dict = {
@@ -1454,7 +1455,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                     return
                 try:
                     cd = class_dict(args[0])
-                    qual = cd.get("__qualname__")
+                    qual = class_qualname(args[0])
                     planned = S["planned_cls"].get((args[1], qual)) if _type(qual) is _str else None
                     if planned is not None and _str(cd.get("__module__", ""))[:12] == "rlvr_hidden.":
                         unplanned(_tuple(cd), planned, "unplanned_class_name")
