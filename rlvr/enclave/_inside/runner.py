@@ -113,7 +113,56 @@ modules (after every test), plus every other pytest/pluggy module, their classes
 plugin registry and hook-implementation lists (after collection and at the end) with a
 snapshot taken before untrusted code ran: in the server, before any fork, for everything a
 child does not change before arming (`presnapshot`), and at arming for the rest. A
-difference is the flag ``tamper_integrity`` and fails the verdict.
+difference is the flag ``tamper_integrity`` and fails the verdict (and every test reported
+after it).
+
+Collection: checkpoints, name plans and pinned modules
+------------------------------------------------------
+The code under test first runs when a hidden module imports the package: in the middle of
+collection, which is a sequence of trusted steps that read bindings (``exec_hidden`` in this
+runner's and the lean runner's globals, pytest's collectors and the makeitem hooks,
+``pytest.mark``, unittest's ``TestCase`` / ``TestLoader`` looked up through ``sys.modules``)
+and build the hidden namespaces the tests later run in. A change made there and undone
+before the one checkpoint at the end of collection went unseen, and a namespace changed
+during collection was snapshotted as it was then. So:
+
+* A checkpoint wherever the code under test may have run before a trusted step reads a
+  binding: before each hidden module is built (``STEP_EVENT`` from `exec_hidden`: the
+  per-test namespaces, this runner's and lean's globals among them, every hidden namespace
+  built so far, the pinned modules), after each module-level import of a hidden module that
+  may run the code under test (one whose root is neither stdlib nor pytest/pluggy, or a
+  relative one; `compile_suite` puts the event after it, raised through the sentinel's
+  constant) and when the module has been built (``HIDDEN_EVENT``). The last two also compare
+  what a module body and the collection of its tests read: the module and class dicts of
+  `COLLECTION_PATH` (~1.9k bindings). A wrapper installed at import time must still be bound
+  when the body or the collection calls it, so it is seen before it runs; pytest's other
+  classes, which no collection step reads, are compared at the end of collection and of the
+  run as before. Each comparison is by identity (one C pass per dict), so a checkpoint
+  costs tens of microseconds (+2-5% per warm verdict on the real-library suites).
+* Hidden namespaces fixed from the compiled plan: `compile_suite` derives from each hidden
+  test module's and conftest's compiled AST the names its code can bind (`_plan_names`:
+  stored or deleted names, defs, classes, imports, except/match captures, ``global``
+  declarations, module dunders) and, for each top-level class with plain bases (object,
+  TestCase, a class of the same module) and no decorator or metaclass, the names its body
+  can bind. The hook keeps private copies. When a hidden module has been built (the event
+  accepted once per namespace, from `exec_hidden`'s frame only) its namespace may hold only
+  planned names and is snapshotted *then*, before the code the run calls next (pytest's
+  collector, the next hidden module's imports) can touch it, and compared at every later
+  checkpoint and after every test. A hidden namespace that reaches the end of collection
+  without having been handed over fails the run; hidden package namespaces
+  (``__init__.py``: they gain submodules later) are snapshotted at the end of collection.
+* Names nobody planned are refused by both runners alike: a module-level name (a planted
+  ``pytest_generate_tests``, ``pytestmark``, fixture or ``test*``) when the module is built,
+  before the lean runner could hand the job to pytest (whose run refuses it again), and a
+  name in a hidden test class's dict its plan lacks when pytest's or the lean collector
+  reaches the class (``CLASS_EVENT``; the dict is read through type's descriptor, no
+  metaclass code runs; unittest's ``__init_subclass__`` attributes are planned).
+* The runner's dependencies in ``sys.modules`` (every guarded module: builtins, sys, os,
+  pytest, ``_pytest.*``, ``pluggy.*``, ``unittest.*``...; `pinned_modules`) are pinned by the
+  server before any package exists and compared by identity at every collection checkpoint
+  and at the end; after each test only those a test's run reads by name (`PER_TEST_PINS`).
+  A fake ``unittest`` or ``unittest.loader`` put there at import is seen at the checkpoint
+  right after that import, before pytest's unittest plugin consults it.
 
 Equality guard: for a hidden-test ``assert a == b`` (or ``!=``) where one side is a plain
 builtin value and the other's ``__eq__``/``__ne__`` is code that did not exist before the
@@ -132,10 +181,34 @@ the cost of forging a *verdict* from inside it. Known gaps:
 
 * Patch-and-restore within one window. Module attributes and class attributes can be
   rebound without an audit event; a patch that rebinds pytest internals and restores them
-  before the next checkpoint (e.g. twice inside one collection, or from a thread between
-  two checks) can change what pytest computes - fixture values, indirect parametrization,
-  which items exist. The sentinel still requires the genuine assertions to pass on the
+  before the next checkpoint can change what pytest computes - fixture values, indirect
+  parametrization, which items exist. The collection checkpoints shrink the windows to:
+  the package's own import (nothing trusted but the import system runs inside it); a hidden
+  module body's calls into the code under test (a decorator or module-level call it
+  supplies) up to the next checkpoint; the collection of one module, in which pytest calls
+  code under test (``__class__`` / ``__getattr__`` of package objects in the namespace) and a
+  pytest binding changed and restored between two of those calls is not seen (a change to
+  a hidden namespace is: it was snapshotted before); and threads the code under test starts,
+  which are neither stopped nor joined before a trusted step (a thread can rebind between
+  any two checks). The sentinel still requires the genuine assertions to pass on the
   values they get, and every test id must be reported.
+* A hidden namespace is snapshotted when its module body has run, not before: what the code
+  under test does to it *during* the body, through an object the body hands it (a decorator
+  or callback it supplies; frames and the module object are out of its reach) and within
+  the planned names (rebinding an imported name), is the snapshot. Modules whose source
+  binds names no AST pass can enumerate (``globals()``, ``vars()``, ``setattr``, ``exec``,
+  ``eval``, ``__dict__``, ``sys.modules``, ``import_module``, star imports, ``__slots__``)
+  get no name plan, nor do classes with decorators, metaclasses or other bases: unplanned
+  names there are not refused (their namespaces are still snapshotted early). A name
+  planted on a hidden class after it was collected is not refused (pytest reads
+  ``pytest_generate_tests`` and fixtures at collection only; methods planted later are not
+  collected).
+* Only the guarded modules present in the server are pinned in ``sys.modules``; other
+  entries (json, the package's dependencies) are not, and after each test only
+  `PER_TEST_PINS` are compared. Runner code raises its checkpoint events through
+  ``sys.audit`` looked up by name: a patch that rebinds it drops the checkpoints until the
+  ``sys`` namespace is next compared (a hidden namespace whose ``HIDDEN_EVENT`` was
+  dropped fails the run at the end of collection).
 * Hidden test *data* files (non-.py) must be on disk for tests that open them and are
   readable by the code under test; hidden constants (expected values) are in memory - the
   generic ways to reach them (frames, gc, sys.modules, ctypes, /proc) are blocked, not
