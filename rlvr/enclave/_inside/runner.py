@@ -186,9 +186,13 @@ the cost of forging a *verdict* from inside it. Known gaps:
   the package's own import (nothing trusted but the import system runs inside it); a hidden
   module body's calls into the code under test (a decorator or module-level call it
   supplies) up to the next checkpoint; the collection of one module, in which pytest calls
-  code under test (``__class__`` / ``__getattr__`` of package objects in the namespace) and a
-  pytest binding changed and restored between two of those calls is not seen (a change to
-  a hidden namespace is: it was snapshotted before); and threads the code under test starts,
+  code under test (``__class__`` / ``__getattr__`` / ``__bool__`` of package objects, or of
+  attributes set on genuine test functions, whose ``__dict__`` is not compared) and a pytest
+  binding changed and restored between two of those calls is not seen, nor is a name
+  planted in the module's namespace there and removed again before the end of collection
+  (pytest reads ``pytest_generate_tests``, fixtures and marks while collecting the module;
+  a change left in place is seen: the namespace was snapshotted before); and threads the
+  code under test starts,
   which are neither stopped nor joined before a trusted step (a thread can rebind between
   any two checks). The sentinel still requires the genuine assertions to pass on the
   values they get, and every test id must be reported.
