@@ -193,8 +193,9 @@ the cost of forging a *verdict* from inside it. Known gaps:
   (pytest reads ``pytest_generate_tests``, fixtures and marks while collecting the module;
   a change left in place is seen: the namespace was snapshotted before); and threads the
   code under test starts,
-  which are neither stopped nor joined before a trusted step (a thread can rebind between
-  any two checks). The sentinel still requires the genuine assertions to pass on the
+  which are neither stopped nor joined before a trusted step (CPython cannot stop a thread
+  from outside, and joining one that never ends would hang the run: a thread can rebind
+  between any two checks; the process limit bounds how many exist). The sentinel still requires the genuine assertions to pass on the
   values they get, and every test id must be reported.
 * A hidden namespace is snapshotted when its module body has run, not before: what the code
   under test does to it *during* the body, through an object the body hands it (a decorator
