@@ -1016,8 +1016,11 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         "loop": None, "passed": None, "snap": None, "full": None, "cwd": "/",
         "read_ok": (), "write_ok": (), "deny": (), "tamper": [], "pre_dicts": frozenset(),
         "hooklists": None, "vcache": {},
-        "pins": ((), ()), "pins_test": ((), ()), "coll": (), "planned": {}, "planned_cls": {}, "ns_seen": frozenset(), "ns_early": frozenset(),
     }
+    # Collection checkpoints: pinned modules, the collection path's snapshot, the name plans,
+    # the hidden namespaces handed over so far (and those snapshotted then).
+    S.update({"pins": ((), ()), "pins_test": ((), ()), "coll": (), "planned": {}, "planned_cls": {},
+              "ns_seen": frozenset(), "ns_early": frozenset()})
 
     def debug(msg):
         if _debug:
