@@ -18,6 +18,7 @@ import pytest
 
 from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
                                Canary)
+from adversarial.surfaces_collection import COLLECTION_CASES
 from adversarial.threads import THREAD_CASES
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
@@ -35,8 +36,12 @@ TASKS = {"pytest": TASK, "lean": make_task(hidden_tests=HIDDEN_LEAN)}
 UT_TASK = make_task(hidden_tests=HIDDEN_UNITTEST, fail_to_pass=UNITTEST_FAIL_TO_PASS,
                     pass_to_pass=UNITTEST_PASS_TO_PASS)
 ATTACK_TASKS = {**TASKS, "unittest": UT_TASK}
-# Every attack: the original suite plus those written for later-found surfaces.
-ALL_CASES = CASES + THREAD_CASES
+# Every attack against every hidden-suite shape it applies to (the collection-surface cases
+# of issue 35 name theirs: some need pytest's collector, or a unittest suite).
+ALL_CASES = CASES + COLLECTION_CASES + THREAD_CASES
+ATTACKS = [pytest.param(case, runner, id=f"{case.name}-{runner}")
+           for case in ALL_CASES for runner in sorted(ATTACK_TASKS)
+           if runner in getattr(case, "shapes", ATTACK_TASKS)]
 
 
 def test_there_are_at_least_25_distinct_attacks():
@@ -45,6 +50,14 @@ def test_there_are_at_least_25_distinct_attacks():
     assert len({c.name for c in ALL_CASES}) == len(ALL_CASES)
     assert len([c for c in CASES if c.reason != "patch_rejected"]) >= 25
     assert not {c.name for c in UNITTEST_CASES} & set(names)
+    collection = [c.name for c in COLLECTION_CASES]
+    assert len(collection) == len(set(collection)) and not set(collection) & set(names)
+
+
+def test_each_collection_surface_has_two_cases():
+    """Issue 35, surfaces 1-4: at least two cases each, named for the surface."""
+    for prefix in ("window_", "late_namespace_", "unplanned_name_", "runner_modules_"):
+        assert len([c for c in COLLECTION_CASES if c.name.startswith(prefix)]) >= 2, prefix
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +124,7 @@ def test_unittest_attack_fails(enclave, canary, case):
     _host_untouched(canary, before)
 
 
-@pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
-@pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
+@pytest.mark.parametrize("case,runner", ATTACKS)
 def test_attack_fails(enclave, canary, case, runner):
     before = _digest(canary.dir)
     patch = case.make(canary)

@@ -273,6 +273,7 @@ def _collect_module(rel: str, namespace: dict, planned: dict, test_codes: dict, 
             for nodeid, params, skip in _expand(obj, f"{rel}::{name}", config):
                 items.append(LeanItem(nodeid, name, obj, None, params, skip))
         elif name.startswith("Test") and isinstance(obj, type):
+            sys.audit(runner.CLASS_EVENT, obj, f"{runner.HIDDEN}/{rel}")  # a name its plan lacks: refused
             methods = planned["classes"].get(name)
             if methods is None or type(obj) is not type or obj.__bases__ != (object,) \
                     or "pytestmark" in vars(obj) or obj.__init__ is not object.__init__:
@@ -334,10 +335,11 @@ def _collect(ctx: _Context, config) -> list | None:
         return None
     items = order_items(items, ctx)
     plan = [(it.nodeid, it, it.name, tuple(it.params.items())) for it in items]
-    extra_dicts = list(ctx.hidden_dicts) + ctx.finder.hidden_dicts
+    hidden_dicts = list(ctx.hidden_dicts) + ctx.finder.hidden_dicts
+    extra_dicts = list(hidden_dicts)
     hooklists: list = []
     sys.audit("rlvr.collected")
-    del plan, extra_dicts, hooklists
+    del plan, extra_dicts, hooklists, hidden_dicts
     return items
 
 

@@ -113,7 +113,56 @@ modules (after every test), plus every other pytest/pluggy module, their classes
 plugin registry and hook-implementation lists (after collection and at the end) with a
 snapshot taken before untrusted code ran: in the server, before any fork, for everything a
 child does not change before arming (`presnapshot`), and at arming for the rest. A
-difference is the flag ``tamper_integrity`` and fails the verdict.
+difference is the flag ``tamper_integrity`` and fails the verdict (and every test reported
+after it).
+
+Collection: checkpoints, name plans and pinned modules
+------------------------------------------------------
+The code under test first runs when a hidden module imports the package: in the middle of
+collection, which is a sequence of trusted steps that read bindings (``exec_hidden`` in this
+runner's and the lean runner's globals, pytest's collectors and the makeitem hooks,
+``pytest.mark``, unittest's ``TestCase`` / ``TestLoader`` looked up through ``sys.modules``)
+and build the hidden namespaces the tests later run in. A change made there and undone
+before the one checkpoint at the end of collection went unseen, and a namespace changed
+during collection was snapshotted as it was then. So:
+
+* A checkpoint wherever the code under test may have run before a trusted step reads a
+  binding: before each hidden module is built (``STEP_EVENT`` from `exec_hidden`: the
+  per-test namespaces, this runner's and lean's globals among them, every hidden namespace
+  built so far, the pinned modules), after each module-level import of a hidden module that
+  may run the code under test (one whose root is neither stdlib nor pytest/pluggy, or a
+  relative one; `compile_suite` puts the event after it, raised through the sentinel's
+  constant) and when the module has been built (``HIDDEN_EVENT``). The last two also compare
+  what a module body and the collection of its tests read: the module and class dicts of
+  `COLLECTION_PATH` (~1.9k bindings). A wrapper installed at import time must still be bound
+  when the body or the collection calls it, so it is seen before it runs; pytest's other
+  classes, which no collection step reads, are compared at the end of collection and of the
+  run as before. Each comparison is by identity (one C pass per dict), so a checkpoint
+  costs tens of microseconds (+2-5% per warm verdict on the real-library suites).
+* Hidden namespaces fixed from the compiled plan: `compile_suite` derives from each hidden
+  test module's and conftest's compiled AST the names its code can bind (`_plan_names`:
+  stored or deleted names, defs, classes, imports, except/match captures, ``global``
+  declarations, module dunders) and, for each top-level class with plain bases (object,
+  TestCase, a class of the same module) and no decorator or metaclass, the names its body
+  can bind. The hook keeps private copies. When a hidden module has been built (the event
+  accepted once per namespace, from `exec_hidden`'s frame only) its namespace may hold only
+  planned names and is snapshotted *then*, before the code the run calls next (pytest's
+  collector, the next hidden module's imports) can touch it, and compared at every later
+  checkpoint and after every test. A hidden namespace that reaches the end of collection
+  without having been handed over fails the run; hidden package namespaces
+  (``__init__.py``: they gain submodules later) are snapshotted at the end of collection.
+* Names nobody planned are refused by both runners alike: a module-level name (a planted
+  ``pytest_generate_tests``, ``pytestmark``, fixture or ``test*``) when the module is built,
+  before the lean runner could hand the job to pytest (whose run refuses it again), and a
+  name in a hidden test class's dict its plan lacks when pytest's or the lean collector
+  reaches the class (``CLASS_EVENT``; the dict is read through type's descriptor, no
+  metaclass code runs; unittest's ``__init_subclass__`` attributes are planned).
+* The runner's dependencies in ``sys.modules`` (every guarded module: builtins, sys, os,
+  pytest, ``_pytest.*``, ``pluggy.*``, ``unittest.*``...; `pinned_modules`) are pinned by the
+  server before any package exists and compared by identity at every collection checkpoint
+  and at the end; after each test only those a test's run reads by name (`PER_TEST_PINS`).
+  A fake ``unittest`` or ``unittest.loader`` put there at import is seen at the checkpoint
+  right after that import, before pytest's unittest plugin consults it.
 
 Equality guard: for a hidden-test ``assert a == b`` (or ``!=``) where one side is a plain
 builtin value and the other's ``__eq__``/``__ne__`` is code that did not exist before the
@@ -134,8 +183,8 @@ run while the main thread is inside a trusted step, the hook included. Two rules
   asked for ``sys._current_frames()`` while the main thread was inside the hook was waved
   through and could take the hook's key from its frame (``thread_race_hook_window``,
   ``thread_race_frame1_window`` obtained ``passed`` that way).
-* Before each trusted step that reads bindings (accepting a pass, the collection and
-  per-test checkpoints, the end), the hook waits for threads started since arming to end
+* Before each trusted step that reads bindings (accepting a pass, building a hidden
+  module, every collection checkpoint, the per-test checkpoints, the end), the hook waits for threads started since arming to end
   (``_thread._count()``, C, not rebindable; at most THREAD_WAIT_STEPS sleeps per run). One
   still running fails the run (``tamper_thread_alive``): CPython cannot stop a thread, and
   a step read while it runs is not evidence. Threads that end, joined or not, and
@@ -153,9 +202,36 @@ the cost of forging a *verdict* from inside it. Known gaps:
 
 * Patch-and-restore within one window. Module attributes and class attributes can be
   rebound without an audit event; a patch that rebinds pytest internals and restores them
-  before the next checkpoint (e.g. twice inside one collection) can change what pytest computes - fixture values, indirect parametrization,
-  which items exist. The sentinel still requires the genuine assertions to pass on the
+  before the next checkpoint can change what pytest computes - fixture values, indirect
+  parametrization, which items exist. The collection checkpoints shrink the windows to:
+  the package's own import (nothing trusted but the import system runs inside it); a hidden
+  module body's calls into the code under test (a decorator or module-level call it
+  supplies) up to the next checkpoint; the collection of one module, in which pytest calls
+  code under test (``__class__`` / ``__getattr__`` / ``__bool__`` of package objects, or of
+  attributes set on genuine test functions, whose ``__dict__`` is not compared) and a pytest
+  binding changed and restored between two of those calls is not seen, nor is a name
+  planted in the module's namespace there and removed again before the end of collection
+  (pytest reads ``pytest_generate_tests``, fixtures and marks while collecting the module;
+  a change left in place is seen: the namespace was snapshotted before). The sentinel
+  still requires the genuine assertions to pass on the
   values they get, and every test id must be reported.
+* A hidden namespace is snapshotted when its module body has run, not before: what the code
+  under test does to it *during* the body, through an object the body hands it (a decorator
+  or callback it supplies; frames and the module object are out of its reach) and within
+  the planned names (rebinding an imported name), is the snapshot. Modules whose source
+  binds names no AST pass can enumerate (``globals()``, ``vars()``, ``setattr``, ``exec``,
+  ``eval``, ``__dict__``, ``sys.modules``, ``import_module``, star imports, ``__slots__``)
+  get no name plan, nor do classes with decorators, metaclasses or other bases: unplanned
+  names there are not refused (their namespaces are still snapshotted early). A name
+  planted on a hidden class after it was collected is not refused (pytest reads
+  ``pytest_generate_tests`` and fixtures at collection only; methods planted later are not
+  collected).
+* Only the guarded modules present in the server are pinned in ``sys.modules``; other
+  entries (json, the package's dependencies) are not, and after each test only
+  `PER_TEST_PINS` are compared. Runner code raises its checkpoint events through
+  ``sys.audit`` looked up by name: a patch that rebinds it drops the checkpoints until the
+  ``sys`` namespace is next compared (a hidden namespace whose ``HIDDEN_EVENT`` was
+  dropped fails the run at the end of collection).
 * Hidden test *data* files (non-.py) must be on disk for tests that open them and are
   readable by the code under test; hidden constants (expected values) are in memory - the
   generic ways to reach them (frames, gc, sys.modules, ctypes, /proc) are blocked, not
@@ -234,6 +310,13 @@ LOCKED_PYTEST = "9.2.0"
 
 PASS_EVENT = "rlvr.pass"
 EQ_EVENT = "rlvr.eq"
+# Collection checkpoints (see "Integrity checkpoints"): STEP_EVENT before each hidden module
+# is built and after each of its imports that may run the code under test; HIDDEN_EVENT
+# when a hidden module has been built (its namespace is checked against the plan and
+# snapshotted); CLASS_EVENT when a hidden test class is collected.
+STEP_EVENT = "rlvr.step"
+HIDDEN_EVENT = "rlvr.hidden"
+CLASS_EVENT = "rlvr.cls"
 OUTCOMES = ("passed", "failed", "error", "skipped")
 # How long (in 2 ms sleeps, per run) trusted steps wait for threads of the code under test
 # to end before a live one fails the run (make_hook.threads_quiet).
@@ -327,6 +410,11 @@ class CompiledSuite:
         self.needs_io_plugins = True
         # The lean runner's static plan (lean.static_plan), None when the suite needs pytest.
         self.lean: dict | None = None
+        # The names each hidden test module / conftest (by file name) and each of their
+        # top-level classes (by (file name, class name)) can bind, from its compiled AST;
+        # None where the source binds names no AST pass can enumerate (see `_plan_names`).
+        self.planned: dict[str, frozenset | None] = {}
+        self.planned_classes: dict[tuple[str, str], frozenset | None] = {}
 
 
 def _is_test_file(name: str) -> bool:
@@ -461,6 +549,139 @@ class _Instrument(ast.NodeTransformer):
         return node
 
 
+# Names every module / class namespace has without its code binding them.
+_MODULE_DUNDERS = frozenset({"__name__", "__doc__", "__package__", "__loader__", "__spec__", "__file__",
+                             "__builtins__", "__cached__", "__annotations__", "__path__"})
+# (unittest.TestCase.__init_subclass__ sets the last two on every subclass)
+_CLASS_DUNDERS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+                            "__annotations__", "__firstlineno__", "__static_attributes__", "__orig_bases__",
+                            "__parameters__", "__classcell__", "__type_params__", "_classSetupFailed",
+                            "_class_cleanups"})
+# Source that may bind names an AST pass cannot enumerate: such a module (and its classes)
+# gets no name plan (no refusal of unplanned names; its namespace is still snapshotted).
+_DYNAMIC_WORDS = ("globals(", "vars(", "locals(", "exec(", "eval(", "setattr(", "__dict__", "__setattr__",
+                  "sys.modules", "__import__", "import_module", "__slots__")
+# Imports that cannot run the code under test (the stdlib and pytest are imported from the
+# read-only runtime): no checkpoint after them.
+_TRUSTED_IMPORT_ROOTS = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy"}
+
+
+class _Bound(ast.NodeVisitor):
+    """The names one scope's own statements can bind (a superset): stored or deleted
+    names, defs, classes, imports, except and match captures; nested function, class and
+    lambda bodies are other scopes (their decorators, defaults and bases are not)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.star = False
+
+    def visit_Name(self, node):
+        if not isinstance(node.ctx, ast.Load):
+            self.names.add(node.id)
+
+    def visit_FunctionDef(self, node):
+        self.names.add(node.name)
+        for sub in [*node.decorator_list, node.args, node.returns]:
+            if sub is not None:
+                self.visit(sub)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        self.names.add(node.name)
+        for sub in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
+            self.visit(sub)
+
+    def visit_Lambda(self, node):
+        self.visit(node.args)
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self.names.add(alias.asname or alias.name.split(".")[0])
+
+    def visit_ImportFrom(self, node):
+        for alias in node.names:
+            if alias.name == "*":
+                self.star = True
+            else:
+                self.names.add(alias.asname or alias.name)
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self.names.add(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchAs(self, node):
+        if node.name:
+            self.names.add(node.name)
+        self.generic_visit(node)
+
+    visit_MatchStar = visit_MatchAs
+
+    def visit_MatchMapping(self, node):
+        if node.rest:
+            self.names.add(node.rest)
+        self.generic_visit(node)
+
+
+def _plan_names(tree: ast.Module, text: str, filename: str) -> tuple[frozenset | None, dict]:
+    """(the names the module's code can bind, {(filename, class): the names its body can
+    bind}) for an instrumented module; None for what cannot be enumerated statically."""
+    dynamic = any(word in text for word in _DYNAMIC_WORDS)
+    declared = {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+    bound = _Bound()
+    for stmt in tree.body:
+        bound.visit(stmt)
+    module = None if dynamic or bound.star else frozenset(bound.names | declared | _MODULE_DUNDERS)
+    local_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    classes: dict = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        # Bases that may add names when subclassed (__init_subclass__, metaclasses): only
+        # object, unittest's TestCase and this module's own classes are foreseen.
+        plain = not node.decorator_list and not node.keywords and all(
+            (isinstance(b, ast.Name) and (b.id in ("object", "TestCase") or b.id in local_classes))
+            or (isinstance(b, ast.Attribute) and b.attr == "TestCase" and isinstance(b.value, ast.Name)
+                and b.value.id == "unittest")
+            for b in node.bases)
+        body = _Bound()
+        for stmt in node.body:
+            body.visit(stmt)
+        classes[(filename, node.name)] = (frozenset(body.names | declared | _CLASS_DUNDERS)
+                                          if plain and not dynamic and not body.star else None)
+    return module, classes
+
+
+def _may_run_untrusted(stmt) -> bool:
+    if isinstance(stmt, ast.ImportFrom):
+        return bool(stmt.level) or (stmt.module or "").split(".")[0] not in _TRUSTED_IMPORT_ROOTS
+    return any(alias.name.split(".")[0] not in _TRUSTED_IMPORT_ROOTS for alias in stmt.names)
+
+
+def _with_steps(body: list, make_call) -> list:
+    """A checkpoint after each module-level import that may run the code under test (the
+    package's own import code): what it rebinds and leaves bound is seen before the rest
+    of the hidden module (decorators, pytest.mark, TestCase) reads it."""
+    out = []
+    for stmt in body:
+        out.append(stmt)
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            if _may_run_untrusted(stmt):
+                out.append(ast.Expr(make_call(STEP_EVENT, ast.Constant("import"))))
+        elif isinstance(stmt, (ast.If, ast.For, ast.While, ast.With)):
+            stmt.body = _with_steps(stmt.body, make_call)
+            if not isinstance(stmt, ast.With):
+                stmt.orelse = _with_steps(stmt.orelse, make_call)
+        elif isinstance(stmt, ast.Try):
+            stmt.body = _with_steps(stmt.body, make_call)
+            stmt.orelse = _with_steps(stmt.orelse, make_call)
+            stmt.finalbody = _with_steps(stmt.finalbody, make_call)
+            for handler in stmt.handlers:
+                handler.body = _with_steps(handler.body, make_call)
+    return out
+
+
 def _inject(code: types.CodeType, placeholder: str, value: object, out: list) -> types.CodeType:
     consts = []
     for c in code.co_consts:
@@ -495,7 +716,13 @@ def compile_suite(hidden: dict[str, str], placeholder: str) -> CompiledSuite:
         try:
             tree = ast.parse(text, filename=filename)
             inst = _Instrument(placeholder, test_file)
-            tree = ast.fix_missing_locations(inst.visit(tree))
+            tree = inst.visit(tree)
+            tree.body = _with_steps(tree.body, inst.call)
+            tree = ast.fix_missing_locations(tree)
+            if name == "conftest.py" or test_file:
+                planned, classes = _plan_names(tree, text, filename)
+                suite.planned[filename] = planned
+                suite.planned_classes.update(classes)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 code = compile(tree, filename, "exec", dont_inherit=True)
@@ -826,6 +1053,14 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     # checkpoint must not have let a frame out in between).
     tb_snap = _tuple((d, _tuple(d.values())) for d in tb.get("namespaces", ()))
     keep_tb = tb  # noqa: F841 - code ids must stay unique
+    # Collection checkpoints: the one caller allowed to hand over a freshly built hidden
+    # namespace, sys.modules (whose guarded entries are pinned by the server), a class's
+    # own dict read through type's descriptor (no metaclass code runs).
+    hidden_exec_ids = frozenset({_id(exec_hidden.__code__)})
+    sysmods_get = sys.modules.get
+    class_dict = type.__dict__["__dict__"].__get__
+    class_qualname = type.__dict__["__qualname__"].__get__
+    per_test_pins = PER_TEST_PINS
 
     # The threads now inside the hook's own reads (whose audit events it ignores): a set of
     # thread idents, not one flag, so another thread's events are never waved through
@@ -841,6 +1076,10 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         "read_ok": (), "write_ok": (), "deny": (), "tamper": [], "pre_dicts": frozenset(),
         "hooklists": None, "vcache": {},
     }
+    # Collection checkpoints: pinned modules, the collection path's snapshot, the name plans,
+    # the hidden namespaces handed over so far (and those snapshotted then).
+    S.update({"pins": ((), ()), "pins_test": ((), ()), "coll": (), "planned": {}, "planned_cls": {},
+              "ns_seen": frozenset(), "ns_early": frozenset()})
 
     def debug(msg):
         if _debug:
@@ -922,6 +1161,33 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 debug(f"integrity {label}: {bad!r}")
             flag("tamper_integrity")
         return bad is None
+
+    def pins_ok(label, which="pins"):
+        """Every pinned sys.modules entry (the runner's dependencies) is still the module
+        object the server imported: identity, one C pass over a fixed name list (after each
+        test only the entries a test's run reads by name: `PER_TEST_PINS`)."""
+        names, mods = S[which]
+        try:
+            if _all(_map(_is, _map(sysmods_get, names), mods)):
+                return True
+        except _BaseException:
+            pass
+        S["tamper"].append(label)
+        if _debug:
+            debug(f"integrity {label}: sys.modules")
+        flag("tamper_integrity")
+        return False
+
+    def unplanned(keys, planned, label):
+        """Refuse a namespace holding a name its compiled plan does not contain."""
+        for k in keys:
+            if _type(k) is not _str or k not in planned:
+                S["tamper"].append(label)
+                if _debug:
+                    debug(f"integrity {label}: unplanned name {k!r}")
+                flag("tamper_integrity")
+                return True
+        return False
 
     def norm(path):
         """Absolute, '..'-free form of a str path using only str methods."""
@@ -1271,6 +1537,11 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 S["presnap"] = snapshot(args[0])
                 S["presnap_pytest"] = snapshot(args[1])
                 S["presnap_cls"] = snapshot(args[2])
+                if _len(args) > 4:
+                    S["pins"] = (_tuple(args[3]), _tuple(args[3].values()))
+                    few = [n for n in args[3] if n in per_test_pins]
+                    S["pins_test"] = (_tuple(few), _tuple(args[3][n] for n in few))
+                    S["coll"] = snapshot(args[4])
                 return
             if event == "rlvr.init":
                 key, fd, nonce, paths, suite = args
@@ -1281,6 +1552,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 S["test_codes"] = _dict(suite.test_codes)
                 S["genuine"] = frozenset(suite.genuine_ids)
                 S["keep"] = _tuple(suite.genuine)
+                S["planned"] = _dict(getattr(suite, "planned", None) or {})
+                S["planned_cls"] = _dict(getattr(suite, "planned_classes", None) or {})
                 S["read_ok"], S["write_ok"], S["deny"], S["hidden"], S["cwd"] = paths
                 # The run directory and its parent: pytest walks up from the hidden root.
                 S["run_roots"] = (S["hidden"].rsplit("/", 2)[0],)
@@ -1313,6 +1586,44 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 # else: a genuine hidden test body outside its own item (a unittest base
                 # class's test method reached through super(), a helper class's `test*`
                 # method): no pass, and nothing forged - only genuine code holds a sentinel.
+                return
+            if event == STEP_EVENT:
+                # Anyone may ask for a checkpoint: it can only add a flag. After a hidden
+                # module's import that may have run the code under test, the pytest/pluggy
+                # classes it could have rebound are compared too.
+                if phase == "armed":
+                    if threads_quiet() and check(S["snap"], "step") and pins_ok("step") and _len(args) \
+                            and args[0] == "import":
+                        check(S["coll"], "step")
+                return
+            if event == HIDDEN_EVENT:
+                if phase != "armed" or S["plan"] is not None or _len(args) != 2 or caller_is(f, hidden_exec_ids) is None:
+                    return
+                d, fname = args
+                if _type(d) is not _dict or _type(fname) is not _str or _id(d) in S["ns_seen"]:
+                    return
+                S["ns_seen"] = S["ns_seen"] | {_id(d)}
+                if threads_quiet() and check(S["snap"], "hidden") and pins_ok("hidden"):
+                    check(S["coll"], "hidden")
+                if fname[-12:] == "/__init__.py":
+                    return  # a package's namespace gains its submodules later: snapshotted at collection
+                planned = S["planned"].get(fname)
+                if planned is not None:
+                    unplanned(_tuple(d), planned, "unplanned_name")
+                S["snap"] = S["snap"] + snapshot((d,))
+                S["ns_early"] = S["ns_early"] | {_id(d)}
+                return
+            if event == CLASS_EVENT:
+                if phase != "armed" or _len(args) != 2 or _type(args[1]) is not _str:
+                    return
+                try:
+                    cd = class_dict(args[0])
+                    qual = class_qualname(args[0])
+                    planned = S["planned_cls"].get((args[1], qual)) if _type(qual) is _str else None
+                    if planned is not None and _str(cd.get("__module__", ""))[:12] == "rlvr_hidden.":
+                        unplanned(_tuple(cd), planned, "unplanned_class_name")
+                except _BaseException:
+                    pass
                 return
             if phase == "setup":
                 if event == "rlvr.apply":
@@ -1356,12 +1667,18 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 S["plan"] = _tuple(plan)
                 S["passed"] = [False] * _len(plan)
                 extra = loc.get("extra_dicts")
-                S["snap"] = S["snap"] + snapshot(extra)
+                hidden = loc.get("hidden_dicts")
+                if hidden is not None and not _all(_id(d) in S["ns_seen"] for d in hidden):
+                    S["tamper"].append("hidden_unseen")  # built without its HIDDEN_EVENT
+                    flag("tamper_integrity")
+                early = S["ns_early"]
+                S["snap"] = S["snap"] + snapshot([d for d in extra if _id(d) not in early])
                 lists = _tuple(loc.get("hooklists"))
                 S["hooklists"] = (lists, _tuple(_map(_len, lists)), _tuple(_chain(lists)))
                 threads_quiet()
                 check(S["snap"], "collection")
                 check(S["snap_cls"], "collection")
+                pins_ok("collection")
                 emit("coll", _str(_len(plan)))
                 return
             if event == "rlvr.loop" and S["loop"] is None and S["plan"] is not None:
@@ -1395,7 +1712,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                     flag("tamper_forged_pass")
                     return
                 pos = cur[0]
-                ok = threads_quiet() and check(S["snap"], "after_test")
+                ok = (threads_quiet() and check(S["snap"], "after_test") and pins_ok("after_test", "pins_test")
+                      and not S["tamper"])
                 reported = args[0] if _type(args[0]) is _str and args[0] in OUTCOMES else "failed"
                 hint = args[1] if _type(args[1]) is _str else ""
                 if S["passed"][pos] and reported == "passed" and ok:
@@ -1413,7 +1731,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 if f is None or f is not S["loop"]:
                     flag("tamper_forged_pass")
                     return
-                ok = threads_quiet() and check(S["snap"], "end") and check(S["snap_cls"], "end")
+                ok = (threads_quiet() and check(S["snap"], "end") and check(S["snap_cls"], "end")
+                      and pins_ok("end"))
                 emit("done", "1" if ok else "0")
                 S["phase"] = "done"
                 return
@@ -1656,7 +1975,13 @@ def exec_hidden(ctx, module: types.ModuleType, code, filename: str) -> None:
     integrity checkpoints compare. Test modules and conftests are never put in sys.modules."""
     module.__file__ = filename
     ctx.hidden_dicts.append(module.__dict__)
-    exec(code, module.__dict__)
+    sys.audit(STEP_EVENT, "exec")  # the code under test may have run since the last checkpoint
+    try:
+        exec(code, module.__dict__)
+    finally:
+        # Before any code the run calls next: the namespace is compared with its plan and
+        # snapshotted now, not when collection ends.
+        sys.audit(HIDDEN_EVENT, module.__dict__, filename)
 
 
 def order_items(items: list, ctx) -> list:
@@ -1737,7 +2062,11 @@ class EnclavePlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_pycollect_makeitem(self, collector, name, obj):
         """unittest.TestCase subclasses: the class pytest's unittest plugin would collect
-        (its own test of the object), as our `_UnitTestCase`."""
+        (its own test of the object), as our `_UnitTestCase`. A hidden test class holding a
+        name its plan does not contain (a planted ``pytest_generate_tests``...) is refused
+        before pytest reads it."""
+        if issubclass(type(obj), type):
+            sys.audit(CLASS_EVENT, obj, str(collector.path))
         if _pytest.unittest.pytest_pycollect_makeitem(collector=collector, name=name, obj=obj) is None:
             return None
         return _UnitTestCase.from_parent(collector, name=name, obj=obj)
@@ -1758,11 +2087,12 @@ class EnclavePlugin:
                     if fdefs and type(fdefs[-1]) is _DirectParam:
                         direct.append((pname, pvalue))
             plan.append((str(it.nodeid), it, fname, tuple(direct)))
-        extra_dicts = list(ctx.hidden_dicts) + ctx.finder.hidden_dicts + [config.pluginmanager._name2plugin]
+        hidden_dicts = list(ctx.hidden_dicts) + ctx.finder.hidden_dicts
+        extra_dicts = hidden_dicts + [config.pluginmanager._name2plugin]
         hooklists = [hc._hookimpls for hc in vars(config.pluginmanager.hook).values()
                      if hasattr(hc, "_hookimpls")]
         sys.audit("rlvr.collected")
-        del plan, extra_dicts, hooklists
+        del plan, extra_dicts, hooklists, hidden_dicts
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
@@ -1861,7 +2191,46 @@ def presnapshot() -> None:
     (once, before the first fork: ~8k bindings a child no longer copies and touches)."""
     late = {object.__hash__(d) for d in late_namespaces()}
     sys.audit("rlvr.presnap", *([d for d in group if object.__hash__(d) not in late]
-                                for group in _GUARDED or guarded_namespaces()))
+                                for group in _GUARDED or guarded_namespaces()), pinned_modules(),
+               collection_namespaces())
+
+
+# What a hidden module's body and the collection of its tests read (pytest.mark, fixtures,
+# raises/approx, the collectors, pluggy's hook calls, unittest's TestCase and loader): the
+# module dicts and their classes' dicts, compared at the collection checkpoints (the rest of
+# pytest's classes, which no collection step reads, at the end of collection and of the run).
+COLLECTION_PATH = ("_pytest.python", "_pytest.mark.structures", "_pytest.fixtures", "_pytest.nodes",
+                   "_pytest.unittest", "_pytest.main", "_pytest.raises", "_pytest.approx", "_pytest.outcomes",
+                   "_pytest.compat", "pluggy._hooks", "pluggy._manager", "pluggy._callers", "unittest.case",
+                   "unittest.loader")
+
+
+def collection_namespaces() -> list:
+    out: list = []
+    for name in COLLECTION_PATH:
+        mod = sys.modules.get(name)
+        if not isinstance(mod, types.ModuleType):
+            continue
+        out.append(vars(mod))
+        out += [vars(v) for v in list(vars(mod).values()) if isinstance(v, type) and v.__module__ == name]
+    return out
+
+
+# The pinned entries a test's run reads from sys.modules by name (pytest's runner and
+# unittest plugin look up "unittest" / "unittest.case" per test; test bodies import these):
+# compared after every test; all pinned entries at every collection checkpoint and the end.
+PER_TEST_PINS = frozenset({"unittest", "unittest.case", "pytest", "builtins", "sys", "os", "random", "math",
+                           "functools", "operator", "types", "io", "_pytest.outcomes", "_pytest.raises",
+                           "_pytest.approx", "_pytest.runner", "_pytest.unittest"})
+
+
+def pinned_modules() -> dict:
+    """The sys.modules entries of the runner's dependencies (the guarded modules), pinned
+    by the server before any package is imported: each checkpoint compares them by identity
+    (a fake ``unittest`` put there is what pytest's unittest plugin would consult)."""
+    return {name: mod for name, mod in sys.modules.items()
+            if isinstance(mod, types.ModuleType) and name not in ("runner", "lean")
+            and (name in GUARDED_MODULES or name.startswith(GUARDED_PREFIXES))}
 
 
 def _run_item(plugin: EnclavePlugin, item, nextitem) -> None:
