@@ -319,3 +319,17 @@ def test_ephemeral_server_telemetry_off_unless_asked(given, seen):
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(fp.__file__).parent.parent,
                          env=env, check=True, capture_output=True, text=True).stdout
     assert out.split() == [seen]
+
+
+def test_dedicated_server_started_in_the_repo_sends_no_telemetry():
+    """`prefect server start` run from the repository root (as the README shows) reads the
+    repo's prefect.toml: analytics off without flows.pipeline imported or any variable set."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_ANALYTICS_ENABLED"}
+    code = ("import sys; from prefect.settings import get_current_settings; "
+            "assert 'flows.pipeline' not in sys.modules; "
+            "print(get_current_settings().server.analytics_enabled)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(fp.__file__).parent.parent,
+                         env=env, check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["False"]
