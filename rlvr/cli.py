@@ -7,9 +7,9 @@
     rlvr tasks export-swebench --tasks FILE --out FILE
     rlvr tasks check DIR [--params FILE] [--backend bwrap|docker]
     rlvr tasks rejections FILE
-    rlvr curate --source DIR --out FILE
+    rlvr curate --source DIR --out FILE [--params FILE] [--backend bwrap|docker]
     rlvr verify --tasks FILE --task-id ID --patch FILE [--backend bwrap|docker]
-    rlvr gate --candidate-eval FILE --champion-eval FILE --out DIR [--candidate NAME]
+    rlvr gate --candidate-eval FILE [--champion-eval FILE] --out DIR [--candidate NAME]
               [--champion NAME] [--training-metrics FILE] [--register]
     rlvr gate rollback [--reason TEXT]
     rlvr metrics [PATTERN ...] [--rev REV] [--changed]
