@@ -61,12 +61,13 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as current_flow_run  # noqa: E402
 
 from rlvr.errors import exit_on_error  # noqa: E402
-from rlvr.orchestrate.dag import DagStage, load_dag, project_root, select_stages  # noqa: E402
+from rlvr.orchestrate.dag import (DagStage, load_dag, project_root, select_stages,  # noqa: E402
+                                  stage_changes)
 from rlvr.orchestrate.params import apply_param_overrides  # noqa: E402
 from rlvr.orchestrate.stage_process import (PIPELINE_ENV, InfrastructureFailure,  # noqa: E402
                                             StageFailed, dvc_command, run_streamed, stage_env)
 from rlvr.orchestrate.stage_report import (artifact_key, find_mlflow_run,  # noqa: E402
-                                           metrics_markdown, read_metrics)
+                                           metrics_markdown, read_metrics, stage_outcome)
 
 STAGE_RETRIES = 2                       # infrastructure failures only
 STAGE_RETRY_DELAY_S = 10
@@ -125,15 +126,15 @@ def run_stage(stage: str, root: str, pipeline_key: str | None = None,
     root_path = Path(root)
     info = DagStage(stage, (), tuple(metrics))
     since_ms = int(time.time() * 1000)
+    changes = stage_changes(root_path, stage)   # before: did DVC find anything to run?
     argv = dvc_command("repro", "--single-item", stage)
     logger.info("$ %s", " ".join(argv))
     try:
-        run_streamed(stage, argv, root_path, stage_env(pipeline_key), logger.info)
+        lines = run_streamed(stage, argv, root_path, stage_env(pipeline_key), logger.info)
     except StageFailed as exc:
         publish_stage_artifact(info, root_path, f"failed, exit code {exc.exit_code}", since_ms)
         raise
-    publish_stage_artifact(info, root_path, "succeeded (ran, or DVC found it up to date)",
-                           since_ms)
+    publish_stage_artifact(info, root_path, stage_outcome(changes, lines), since_ms)
     return stage
 
 

@@ -1,15 +1,15 @@
 """The `rlvr` command. Users and tooling rely on these exact forms:
 
     rlvr tasks list --tasks FILE
-    rlvr tasks show ID --tasks FILE
+    rlvr tasks show ID --tasks FILE [--patch]
     rlvr tasks materialize ID --tasks FILE --out DIR
     rlvr tasks import-swebench FILE --repos DIR --out FILE
     rlvr tasks export-swebench --tasks FILE --out FILE
     rlvr tasks check DIR [--params FILE] [--backend bwrap|docker]
     rlvr tasks rejections FILE
-    rlvr curate --source DIR --out FILE
+    rlvr curate --source DIR --out FILE [--params FILE] [--backend bwrap|docker]
     rlvr verify --tasks FILE --task-id ID --patch FILE [--backend bwrap|docker]
-    rlvr gate --candidate-eval FILE --champion-eval FILE --out DIR [--candidate NAME]
+    rlvr gate --candidate-eval FILE [--champion-eval FILE] --out DIR [--candidate NAME]
               [--champion NAME] [--training-metrics FILE] [--register]
     rlvr gate rollback [--reason TEXT]
     rlvr metrics [PATTERN ...] [--rev REV] [--changed]
@@ -71,6 +71,9 @@ def cmd_tasks_show(args) -> None:
     from rlvr.tasks.pool import get_task, load_tasks  # lazy: pyarrow, ~0.1 s
 
     t = get_task(load_tasks(args.tasks), args.id, args.tasks)
+    if args.patch:   # the reference fix as the unified diff it is (`| git apply` in repo/)
+        sys.stdout.write(t.reference_patch)
+        return
     print(json.dumps({
         "task_id": t.task_id, "family": t.family, "split": t.split, "source": t.source,
         "instruction": t.instruction, "repo_files": sorted(t.repo_files),
@@ -228,9 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = tsub.add_parser("list", help="one line per task")
     t.add_argument("--tasks", type=_file, required=True)
     t.set_defaults(func=cmd_tasks_list)
-    t = tsub.add_parser("show", help="one task's metadata as JSON")
+    t = tsub.add_parser("show", help="one task's metadata as JSON (or its reference patch)")
     t.add_argument("id")
     t.add_argument("--tasks", type=_file, required=True)
+    t.add_argument("--patch", action="store_true",
+                   help="print the task's reference patch (a unified diff) instead")
     t.set_defaults(func=cmd_tasks_show)
     t = tsub.add_parser("materialize", help="the agent's view of a task, as a git repo")
     t.add_argument("id")

@@ -3,7 +3,9 @@
 Every stage declares its section as a (nested) dataclass; `load_section` turns the YAML
 mapping into it and refuses an unknown, missing or mistyped key with an error naming the
 dotted key (`curate.reference_runz: unknown key`). A typo in params must never be silently
-ignored: it would change an experiment without anyone noticing.
+ignored: it would change an experiment without anyone noticing. The same holds one level up:
+`read_params` refuses a top-level section no stage reads (`SECTIONS`, the sections dvc.yaml's
+stages declare: tests/test_config_sections.py holds the two equal), naming it.
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ T = TypeVar("T")
 
 DEFAULT_PARAMS = Path("params.yaml")
 
+# Every top-level section of params.yaml some stage reads (dvc.yaml `params:`); any other
+# section is a typo (`rolout:`) or a leftover that would be silently ignored.
+SECTIONS = frozenset({"sandbox", "split", "curate", "verify", "policy", "rollout",
+                      "synthesize", "evaluate", "sft", "grpo", "gate"})
+
 
 def read_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
     path = Path(path)
@@ -32,6 +39,10 @@ def read_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of stage sections")
+    unknown = sorted(str(k) for k in set(data) - SECTIONS)
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown section (known: "
+                          f"{', '.join(sorted(SECTIONS))})")
     return data
 
 

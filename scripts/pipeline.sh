@@ -8,3 +8,6 @@ export RLVR_PIPELINE_RUN="${RLVR_PIPELINE_RUN:-make-$(date -u +%Y%m%dT%H%M%SZ)-$
 [ -d .dvc ] || dvc init -q
 dvc repro "$@"
 dvc metrics show
+# autostage is off (.dvc/config): the lock and the git-tracked metrics / plots it names are
+# left unstaged alike; this commits a run's results together.
+echo "To commit this run's results: git add dvc.lock metrics plots && git commit"

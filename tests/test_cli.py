@@ -146,3 +146,12 @@ def test_cli_start_imports_no_task_machinery():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, text=True,
                          capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.stdout.strip() == "[]"
+
+
+def test_show_patch_prints_the_reference_fix(pool, capsys):
+    task = {t.task_id: t for t in load_tasks(pool)}["mini-clamp"]
+    cli.main(["tasks", "show", "mini-clamp", "--tasks", str(pool), "--patch"])
+    out = capsys.readouterr().out
+    assert out == task.reference_patch and out.startswith(("diff --git", "--- "))
+    cli.main(["tasks", "show", "mini-clamp", "--tasks", str(pool)])
+    assert '"task_id": "mini-clamp"' in capsys.readouterr().out

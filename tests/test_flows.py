@@ -137,6 +137,13 @@ def test_two_stage_subset_runs_in_dag_order(harness, project, monkeypatch):
     assert "| `n` | 2 |" in table and "| `nested.rate` | 0.25 |" in table
     assert "none found" in table                 # tracking off: no MLflow link invented
     assert "declares no metrics file" in by_key["stage-b"].data
+    assert "**Outcome:** ran: DVC found " in table   # it ran, and DVC's status said why
+
+    again = fp.rlvr_pipeline(targets=["a"], root=str(project), return_state=True)
+    assert again.is_completed(), again
+    by_key = {x.key: x for x in _api(lambda c: c.read_latest_artifacts())}
+    assert ("**Outcome:** up to date: DVC found nothing changed and did not run it"
+            in by_key["stage-a"].data)
 
 
 def test_unknown_stage_is_an_error_naming_it(harness, project):
@@ -276,6 +283,27 @@ def test_retry_condition_only_for_infrastructure():
     assert not fp.retry_infrastructure_only(None, None, Failed(ValueError("bug")))
 
 
+def test_stage_changes_come_from_dvc_status(project):
+    from rlvr.orchestrate.dag import stage_changes
+    from rlvr.orchestrate.stage_report import stage_outcome
+
+    before = stage_changes(project, "a")
+    assert before and all(isinstance(c, str) for c in before)   # never run: changed
+    subprocess.run([sys.executable, "-m", "dvc", "repro", "--single-item", "a"], cwd=project,
+                   check=True, capture_output=True)
+    assert stage_changes(project, "a") == []
+    (project / "params.yaml").write_text("a:\n  n: 3\n")
+    assert stage_changes(project, "a") == ["changed deps"]
+    assert stage_changes(project / "nowhere", "a") is None
+    assert stage_outcome([], []) .startswith("up to date")
+    assert stage_outcome(["changed deps"], ["Running stage 'a':"]) == \
+        "ran: DVC found changed deps"
+    assert stage_outcome(["changed deps"], [
+        "Stage 'a' is cached - skipping run, checking out outputs"]).startswith(
+        "restored from DVC's run cache")
+    assert stage_outcome(None, []).startswith("succeeded (DVC's status was unavailable")
+
+
 def test_metrics_markdown_and_reading(tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps({"acc": 0.5, "by": {"train": 3, "tag": "x|y"}}))
@@ -319,3 +347,17 @@ def test_ephemeral_server_telemetry_off_unless_asked(given, seen):
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(fp.__file__).parent.parent,
                          env=env, check=True, capture_output=True, text=True).stdout
     assert out.split() == [seen]
+
+
+def test_dedicated_server_started_in_the_repo_sends_no_telemetry():
+    """`prefect server start` run from the repository root (as the README shows) reads the
+    repo's prefect.toml: analytics off without flows.pipeline imported or any variable set."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_ANALYTICS_ENABLED"}
+    code = ("import sys; from prefect.settings import get_current_settings; "
+            "assert 'flows.pipeline' not in sys.modules; "
+            "print(get_current_settings().server.analytics_enabled)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(fp.__file__).parent.parent,
+                         env=env, check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["False"]

@@ -100,3 +100,25 @@ def select_stages(dag: dict[str, DagStage], targets: Sequence[str] | None,
                     chosen.add(up)
                     todo.append(up)
     return [name for name in dag if name in chosen]
+
+
+def stage_changes(root: Path | str | None, name: str) -> list[str] | None:
+    """What DVC's status finds changed in stage `name` alone (`Repo.status([name])`, as
+    `dvc status NAME`: its deps, outs, params or command against dvc.lock), [] when it is up
+    to date, i.e. `dvc repro --single-item NAME` would skip it; None when DVC cannot tell."""
+    from dvc.repo import Repo
+
+    root = project_root(root)
+    # DVC resolves a target against the working directory: address it from the root
+    file, _, stage = name.rpartition(":")
+    target = f"{root / (file or 'dvc.yaml')}:{stage}"
+    try:
+        with Repo(str(root)) as repo:
+            status = repo.status(targets=[target])
+    except Exception:  # noqa: BLE001 - a report's detail must never fail the stage
+        return None
+    changes: list[str] = []
+    for entries in status.values():
+        for entry in entries:
+            changes.extend(entry if isinstance(entry, dict) else [str(entry)])
+    return sorted(set(changes))

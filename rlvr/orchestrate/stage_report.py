@@ -33,6 +33,22 @@ def read_metrics(path: Path) -> dict[str, Any] | None:
     return flatten(data) if isinstance(data, dict) else {path.stem: data}
 
 
+RUN_CACHE_LINE = "is cached - skipping run"   # dvc/stage/__init__.py, a run-cache restore
+
+
+def stage_outcome(changes: list[str] | None, lines: list[str]) -> str:
+    """A succeeded stage's outcome, for its artifact: ran, skipped as up to date, or restored
+    from DVC's run cache. `changes`: DVC's status of the stage before `dvc repro` ran it
+    (`dag.stage_changes`); `lines`: what `dvc repro` printed."""
+    if changes == []:
+        return "up to date: DVC found nothing changed and did not run it"
+    if any(RUN_CACHE_LINE in line for line in lines):
+        return "restored from DVC's run cache: not run (these deps and params ran before)"
+    if changes is None:
+        return "succeeded (DVC's status was unavailable: ran, or found up to date)"
+    return f"ran: DVC found {', '.join(changes)}"
+
+
 def metrics_markdown(stage: str, outcome: str, metrics: dict[str, dict | None],
                      mlflow_link: str | None) -> str:
     """The stage's Prefect artifact: outcome, one metrics table per file, the MLflow run."""

@@ -7,8 +7,11 @@
   that sqlite belongs to the `dvc` process which may be running this very stage).
 * `repo_root()` — the DVC root the stage runs in (`DVC_ROOT`, which `dvc repro` sets, or
   the nearest folder above the working directory holding `.dvc/`), else the working dir.
-* `git_commit(root)`, `git_dirty(root)` — HEAD and whether tracked files differ from it
-  (untracked files do not count: a scratch file changes no result, rlvr/versioning.py).
+* `git_commit(root)`, `git_dirty(root)` — HEAD and whether tracked sources differ from it:
+  untracked files do not count (a scratch file changes no result, rlvr/versioning.py), and
+  neither do `dvc.lock` nor the DAG's outputs (`dvc_outs`, asked of DVC): `dvc repro`
+  deletes a stage's outs before running it, git-tracked metrics among them, and rewrites
+  the lock, so counting them would mark every stage run dirty.
 * `file_md5(path)` — of `dvc.lock`: which recorded DAG state the run started from.
 * `dvc_experiment()` — the experiment name and baseline commit `dvc exp run` passes to
   every stage command (`DVC_EXP_NAME`, `DVC_EXP_BASELINE_REV`, dvc/repo/experiments/
@@ -78,10 +81,63 @@ def git_commit(root: Path | None = None) -> str:
     return out.strip() if out else "unknown"
 
 
+def dvc_outs(root: Path) -> list[Path]:
+    """Absolute paths of every out `root`'s DVC pipeline declares (outs, metrics, plots),
+    by DVC's own reading of its dvc.yaml files; [] where `root` is no DVC repository."""
+    if not (root / ".dvc").is_dir():
+        return []
+    from dvc.repo import Repo
+
+    try:
+        repo = Repo(str(root))
+    except Exception:  # noqa: BLE001  (not readable as DVC: nothing excluded, dirty shows)
+        return []
+    try:
+        return [Path(out.fs_path) for out in repo.index.outs if out.is_in_repo]
+    except Exception:  # noqa: BLE001  (a broken dvc.yaml: as above)
+        return []
+    finally:
+        repo.close()
+
+
+def changed_paths(root: Path) -> list[Path] | None:
+    """Absolute paths of tracked files that differ from HEAD (index or work tree; both
+    sides of a rename); None without git."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    out = _git(root, "status", "--porcelain", "-z", "--untracked-files=no")
+    if top is None or out is None:
+        return None
+    base = Path(top.strip())
+    fields = out.split("\0")
+    paths, i = [], 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.append(base / entry[3:])
+        if entry[0] in "RC":          # -z: a rename's source follows as its own field
+            if i < len(fields) and fields[i]:
+                paths.append(base / fields[i])
+            i += 1
+    return paths
+
+
+def dirty_paths(changed: list[Path], outs: list[Path], root: Path) -> list[Path]:
+    """`changed` less `root`'s dvc.lock and anything at or under one of `outs`."""
+    ignored = [Path(p).resolve() for p in (*outs, root / "dvc.lock")]
+    return [p for p in changed
+            if not any(p.resolve() == o or p.resolve().is_relative_to(o) for o in ignored)]
+
+
 def git_dirty(root: Path | None = None) -> bool | None:
-    """True when a tracked file differs from HEAD (index or work tree); None without git."""
-    out = _git(root or Path.cwd(), "status", "--porcelain", "--untracked-files=no")
-    return None if out is None else bool(out.strip())
+    """True when a tracked source differs from HEAD (index or work tree), DVC outs and
+    `dvc.lock` excepted; None without git."""
+    root = (root or Path.cwd()).resolve()
+    changed = changed_paths(root)
+    if changed is None:
+        return None
+    return bool(changed and dirty_paths(changed, dvc_outs(root) if changed else [], root))
 
 
 def dvc_experiment() -> tuple[str, str] | None:

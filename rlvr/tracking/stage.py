@@ -14,7 +14,8 @@ stage body starts and ends with it: FINISHED when the body returns, FAILED when 
 * datasets (`log_inputs`) for every input and output path, files and directories, named by
   their path and digested by DVC's md5 (`lineage.dvc_md5`, equal to `dvc.lock`), context
   `input` / `output`; the same digests as tags `input.<name>.md5`, `output.<name>.md5`;
-* tags: git commit, `git_dirty` (tracked files differ from HEAD), the md5 of `dvc.lock` when
+* tags: git commit, `git_dirty` (tracked sources differ from HEAD; `dvc.lock` and DVC outs,
+  which `dvc repro` deletes or rewrites, do not count: `lineage.git_dirty`), the md5 of `dvc.lock` when
   the stage started, the DVC experiment name and baseline under `dvc exp run`, the pipeline
   key; every string metric (`policy_version`, `verifier_version`, `stop_reason`, ...) as a
   tag of its dotted name (MLflow metrics are numbers);
