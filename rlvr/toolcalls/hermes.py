@@ -18,8 +18,9 @@ Parsing, as lenient as a native model needs and no more:
 * one call per turn (base.py): a second `<tool_call>` is `multiple_tool_calls`.
 The rest is rlvr's parser with these markers: the same reason kinds for the same faults.
 
-On Qwen's vocabulary `<tool_call>`, `</tool_call>`, `<think>`, `</think>` are added tokens
-that are *not* special (their text is matched), `<|im_end|>` is special.
+On Qwen's vocabulary `<tool_call>`, `</tool_call>`, `<think>`, `</think>` are added tokens (one
+token each); the grammar refers to them as tokens, and builds text-matching lexemes instead
+for a vocabulary where they are text (`grammar(special_tokens=...)`).
 """
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 THINK, THINK_END = "<think>", "</think>"
 IM_END = "<|im_end|>"
 _SPECIAL = ("<|endoftext|>", "<|im_start|>", IM_END)
+# Qwen's added tokens: tokenizer.json flags only the first three special, but llguidance's
+# tokenizer (`llguidance.hf`) treats every added token as a special token (matched by
+# reference, never by its text), and so do the grammars here.
+_ADDED = (*_SPECIAL, OPEN, CLOSE, THINK, THINK_END, "<tool_response>", "</tool_response>")
 _JSON = json.JSONDecoder()
 
 
@@ -41,7 +46,7 @@ class HermesFormat(ToolCallFormat):
     args_key = "arguments"
     end_of_turn = IM_END
     markers = (OPEN, CLOSE, THINK, THINK_END, "<tool_response>", "</tool_response>")
-    special_tokens = _SPECIAL
+    special_tokens = _ADDED
 
     def write(self, name: str, args: Mapping[str, Any], reasoning: str = "") -> str:
         prefix = f"{reasoning.strip()}\n" if reasoning.strip() else ""
@@ -84,29 +89,34 @@ class HermesFormat(ToolCallFormat):
                 special_tokens: Collection[str] | None = None) -> str:
         """Optional thinking `<think>...</think>`, reasoning, `<tool_call>\\n`, one canonical call
         to a tool of `schemas`, `\\n</tool_call>`, the end of turn. Thinking and reasoning hold
-        no tool-call or tool-response marker, no special token's spelling, and no further
-        thinking marker. Where `<tool_call>` is text (Qwen's vocabulary), everything up to and
-        including it is one lexeme (`OPEN`, which ends at its first occurrence), so the lexer
-        never has to guess where the reasoning stops."""
+        no marker's spelling (the reasoning no thinking marker either), so the parser reads
+        the turn as the grammar built it. A marker that is a special token of the vocabulary
+        is referred to as one; a marker that is text is joined with the text before it into
+        one lexeme that ends at its first occurrence, so the lexer never has to guess where
+        the reasoning stops."""
         specials = self.specials(special_tokens)
         end = end_of_turn or self.end_of_turn
         call = self.call_json_schema(schemas)
         banned = sorted({OPEN, CLOSE, "<tool_response>", "</tool_response>", end, *_SPECIAL,
-                         *specials})
+                         *specials} - {THINK, THINK_END})
         spelled = "|".join(regex_escape(t) for t in banned)
-        thinking = regex_escape(THINK_END)
-        prefix = f'("{THINK}" THOUGHT "{THINK_END}")? TEXT'
+        think, think_end = regex_escape(THINK), regex_escape(THINK_END)
+        lines = [f"THOUGHT: /(?s:.*)/ & ~/(?s:.*)({think_end}|{spelled})(?s:.*)/",
+                 f"TEXT: /(?s:.*)/ & ~/(?s:.*)({think}|{think_end}|{spelled})(?s:.*)/"]
+        if THINK in specials:  # <think> THOUGHT </think> as a rule of tokens
+            head, prefix = "thinking? ", "TEXT"
+            lines.append(f"thinking: {THINK} THOUGHT {symbol(THINK_END, specials)}")
+        else:  # ... or inside the lexeme that ends the text before the call
+            head, prefix = "", f'("{THINK}" THOUGHT "{THINK_END}")? TEXT'
         if OPEN in specials:
-            start = f"start: PREFIX {OPEN} \"\\n\" call"
-            lexeme = f"PREFIX: {prefix}"
+            start = f"{head}PREFIX {OPEN}"
+            lines.append(f"PREFIX: {prefix}")
         else:
-            start = "start: OPEN \"\\n\" call"
-            lexeme = f"OPEN: {prefix} {json.dumps(OPEN)}"
+            start = f"{head}OPEN"
+            lines.append(f"OPEN: {prefix} {json.dumps(OPEN)}")
         return "\n".join([
-            f"{start} \"\\n\" {symbol(CLOSE, specials)} {symbol(end, specials)}",
-            lexeme,
-            f"THOUGHT: /(?s:.*)/ & ~/(?s:.*)({thinking}|{spelled})(?s:.*)/",
-            f"TEXT: /(?s:.*)/ & ~/(?s:.*)({regex_escape(THINK)}|{thinking}|{spelled})(?s:.*)/",
+            f"start: {start} \"\\n\" call \"\\n\" {symbol(CLOSE, specials)} {symbol(end, specials)}",
+            *lines,
             f"call: %json {json.dumps(call)}",
         ])
 
