@@ -10,6 +10,10 @@ class ConfigError(RlvrError):
     """A params.yaml section has an unknown, missing or mistyped key."""
 
 
+class UnknownToolCallFormat(ConfigError):
+    """A tool-call format name that is not registered (`rlvr.toolcalls.FORMATS`)."""
+
+
 class ArtifactError(RlvrError):
     """An artifact file is missing, corrupt, or breaks its schema / data contract."""
 

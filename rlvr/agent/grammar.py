@@ -28,14 +28,14 @@ grammar are the special tokens themselves.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Mapping, Sequence
 
 from rlvr.agent.fixes import FIXES, FixError, apply_fix, sites
 from rlvr.agent.observations import SuspiciousLine, suspicious_lines
 from rlvr.agent.tools import TOOL_SCHEMAS, parse_action
-from rlvr.chat_format import IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
+from rlvr.chat_format import IM_END, IM_START
 from rlvr.engines.grammars import register_grammar
+from rlvr.toolcalls import DEFAULT_FORMAT, get_format
 
 # run_tests observations the executor treats as infrastructure failures: they clear the
 # suspects (an ordinary error observation leaves them as they were)
@@ -56,25 +56,10 @@ register_grammar("tool_call", tool_call, context_free=True)
 register_grammar("tool_call_fixes", tool_call_fixes, context_free=False)
 
 
-def turn_grammar(schemas: Mapping[str, Mapping[str, Any]]) -> str:
-    """Reasoning, one canonical call to a tool of `schemas` (name -> args schema), the end."""
-    call = {"anyOf": [{"type": "object",
-                       "properties": {"name": {"const": name}, "args": _bare(schema)},
-                       "required": ["name", "args"], "additionalProperties": False}
-                      for name, schema in schemas.items()],
-            "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
-                           "key_separator": ": "}}
-    spelled = "|".join("".join("\\" + c if c in "|/" else c for c in t) for t in SPECIAL_TOKENS)
-    return "\n".join([
-        f"start: REASONING {TOOL_CALL} call {TOOL_CALL_END} {IM_END}",
-        f"REASONING: /(?s:.*)/ & ~/(?s:.*)({spelled})(?s:.*)/",
-        f"call: %json {json.dumps(call)}",
-    ])
-
-
-def _bare(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A schema without its prose (descriptions do not constrain anything)."""
-    return {k: v for k, v in schema.items() if k != "description"}
+def turn_grammar(schemas: Mapping[str, Mapping[str, Any]], format: str = DEFAULT_FORMAT) -> str:
+    """Reasoning, one canonical call to a tool of `schemas` (name -> args schema), the end, in
+    tool-call format `format` (`rlvr.toolcalls`; each format builds its own grammar)."""
+    return get_format(format).grammar(schemas)
 
 
 def last_suspects(transcript: str) -> list[SuspiciousLine]:

@@ -1,7 +1,8 @@
 """The agent's tool contract: JSON schemas, the one tool-call syntax, and its parser.
 
 Every assistant turn is optional reasoning text followed by exactly one
-`<tool_call>{"name": ..., "args": {...}}</tool_call>` and the end-of-turn token. The policy,
+`<tool_call>{"name": ..., "args": {...}}</tool_call>` and the end-of-turn token (the `rlvr`
+tool-call format, `rlvr.toolcalls`; `format` names another registered one). The policy,
 the scripted teacher and any external teacher emit this same syntax (`format_tool_call`), and
 one parser (`parse_action`) decides validity for all of them, so "parses against its schema"
 means the same thing in rollouts, SFT data and the release gate (SPEC §8.3).
@@ -14,14 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
 from rlvr.agent.fixes import FIXES
-from rlvr.chat_format import TOOL_CALL as TOOL_CALL_OPEN
-from rlvr.chat_format import TOOL_CALL_END as TOOL_CALL_CLOSE
+from rlvr.toolcalls import DEFAULT_FORMAT, get_format
+from rlvr.toolcalls.base import ACTION_ERRORS, ParsedAction, ToolCall
+
+__all__ = ["ACTION_ERRORS", "CALL_SCHEMA", "ParsedAction", "TOOL_NAMES", "TOOL_SCHEMAS", "ToolCall",
+           "format_tool_call", "parse_action", "tools_fingerprint", "validate_call"]
 
 _PATH = {"type": "string", "minLength": 1, "maxLength": 512}
 
@@ -137,57 +140,20 @@ CALL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-# Why an action was invalid (recorded per turn; "" = valid).
-ACTION_ERRORS = (
-    "",
-    "missing_tool_call",      # no <tool_call> at all
-    "multiple_tool_calls",    # more than one <tool_call>
-    "unterminated_tool_call",  # <tool_call> without </tool_call>
-    "text_after_tool_call",   # anything but whitespace between </tool_call> and end of turn
-    "bad_json",               # the call body is not JSON
-    "bad_call",               # JSON, but not {"name": str, "args": {...}}
-    "unknown_tool",           # name not in TOOL_NAMES
-    "bad_args",               # args break the tool's schema
-    "no_end_of_turn",         # the turn ended with <|endoftext|> instead of <|im_end|>
-    "turn_too_long",          # the per-turn token budget cut the turn (episode truncated)
-)
+# Why an action was invalid (recorded per turn; "" = valid): `rlvr.toolcalls.base.ACTION_ERRORS`,
+# the same kinds in every tool-call format.
 
 _VALIDATORS = {name: jsonschema.Draft202012Validator(schema)
                for name, schema in TOOL_SCHEMAS.items()}
-_CALL_VALIDATOR = jsonschema.Draft202012Validator(CALL_SCHEMA)
-_JSON = json.JSONDecoder()
 for _schema in (*TOOL_SCHEMAS.values(), CALL_SCHEMA):
     jsonschema.Draft202012Validator.check_schema(_schema)
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    args: dict[str, Any]
-
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "args": self.args}, sort_keys=True,
-                          ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class ParsedAction:
-    """The outcome of parsing one assistant turn. `call` is set iff the action is valid."""
-
-    call: ToolCall | None
-    error_kind: str = ""
-    error: str = ""
-
-    @property
-    def valid(self) -> bool:
-        return self.call is not None
-
-
-def format_tool_call(name: str, args: dict[str, Any], reasoning: str = "") -> str:
-    """The canonical text of one assistant action (without the end-of-turn token)."""
-    body = json.dumps({"name": name, "args": args}, ensure_ascii=False)
-    prefix = f"{reasoning.strip()}\n" if reasoning.strip() else ""
-    return f"{prefix}{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}"
+def format_tool_call(name: str, args: dict[str, Any], reasoning: str = "",
+                     format: str = DEFAULT_FORMAT) -> str:
+    """The canonical text of one assistant action (without the end-of-turn token) in tool-call
+    format `format` (`rlvr.toolcalls`)."""
+    return get_format(format).write(name, args, reasoning)
 
 
 def validate_call(name: str, args: Any) -> str:
@@ -207,60 +173,17 @@ def validate_call(name: str, args: Any) -> str:
     return f"{name}: {'args/' + where + ': ' if where else ''}{error.message}"
 
 
-def parse_action(text: str) -> ParsedAction:
-    """Parse the text of one assistant turn (end-of-turn token excluded).
+def parse_action(text: str, format: str = DEFAULT_FORMAT) -> ParsedAction:
+    """Parse the text of one assistant turn (end-of-turn token excluded) in tool-call format
+    `format` (`rlvr.toolcalls`): the call against TOOL_SCHEMAS (`validate_call`'s reasons), or
+    the invalid action with its reason kind.
 
-    The call is the one JSON value right after the first `<tool_call>`. Its strings may hold
-    any text, the tool-call markers included (an `old` of "</tool_call>" is a legal, if odd,
-    argument), so the markers are looked for around that value, never inside it; that is
-    what lets `rlvr.agent.grammar` promise that every turn it admits parses."""
-    start = text.find(TOOL_CALL_OPEN)
-    if start < 0:
-        return _invalid("missing_tool_call",
-                        f"no {TOOL_CALL_OPEN}...{TOOL_CALL_CLOSE} in the turn")
-    body = start + len(TOOL_CALL_OPEN)
-    body += len(text[body:]) - len(text[body:].lstrip())
-    try:
-        obj, end = _JSON.raw_decode(text, body)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        if text.count(TOOL_CALL_OPEN) > 1:
-            return _multiple(text)
-        if text.find(TOOL_CALL_CLOSE, body) < 0:
-            return _invalid("unterminated_tool_call", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}")
-        return _invalid("bad_json", f"tool call is not valid JSON: {exc}")
-    rest = text[end:].lstrip()
-    if not rest.startswith(TOOL_CALL_CLOSE):
-        if TOOL_CALL_OPEN in rest:
-            return _multiple(text)
-        if TOOL_CALL_CLOSE not in rest:
-            return _invalid("unterminated_tool_call", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}")
-        return _invalid("bad_json", f"tool call is not valid JSON: text after the JSON value, "
-                                    f"before {TOOL_CALL_CLOSE}")
-    after = rest[len(TOOL_CALL_CLOSE):]
-    if after.strip():
-        if TOOL_CALL_OPEN in after:
-            return _multiple(text)
-        return _invalid("text_after_tool_call",
-                        f"text after {TOOL_CALL_CLOSE}; end the turn right after the call")
-    error = jsonschema.exceptions.best_match(_CALL_VALIDATOR.iter_errors(obj))
-    if error is not None or not isinstance(obj, dict):
-        return _invalid("bad_call", 'tool call must be {"name": "<tool>", "args": {...}}')
-    name, args = obj["name"], obj["args"]
-    if name not in TOOL_SCHEMAS:
-        return _invalid("unknown_tool", f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})")
-    reason = validate_call(name, args)
-    if reason:
-        return _invalid("bad_args", reason)
-    return ParsedAction(ToolCall(name, args))
-
-
-def _multiple(text: str) -> ParsedAction:
-    return _invalid("multiple_tool_calls",
-                    f"{text.count(TOOL_CALL_OPEN)} tool calls in one turn (exactly one)")
-
-
-def _invalid(kind: str, message: str) -> ParsedAction:
-    return ParsedAction(None, kind, message)
+    In the `rlvr` format the call is the one JSON value right after the first `<tool_call>`.
+    Its strings may hold any text, the tool-call markers included (an `old` of "</tool_call>"
+    is a legal, if odd, argument), so the markers are looked for around that value, never
+    inside it; that is what lets `rlvr.agent.grammar` promise that every turn it admits
+    parses."""
+    return get_format(format).parse(text, TOOL_SCHEMAS, validate_call)
 
 
 def tools_fingerprint() -> str:
