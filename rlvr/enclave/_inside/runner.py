@@ -697,6 +697,19 @@ def eq_originals() -> dict:
             for value in list(vars(mod).values()):
                 if isinstance(value, type):
                     visit(value)
+    # Every class alive now (bound in a module or not), with the MRO tuple it has now: a
+    # class that is not here, or whose MRO was replaced since (``__bases__`` assignment makes
+    # a new tuple), was made or reshaped after untrusted code could run, and the guard
+    # trusts no ``__eq__`` for its instances, wherever that ``__eq__`` was defined.
+    todo, classes = [object], []
+    while todo:
+        klass = todo.pop()
+        key = object.__hash__(klass)
+        if (key, "__mro__") in out:
+            continue
+        out[(key, "__mro__")] = klass.__mro__  # holds the class: its pointer hash stays unique
+        classes.append(klass)
+        todo.extend(type.__subclasses__(klass))
     return out
 
 
@@ -742,6 +755,24 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     eq_trusted = _dict(eq_trusted or {})
     keep_alive = (trusted_codes, eq_trusted)  # noqa: F841 - ids must stay unique
     heap_flag = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+    # Type slots read through type's own descriptors: a patch metaclass cannot answer for them.
+    _mro_of = type.__dict__["__mro__"].__get__
+    _flags_of = type.__dict__["__flags__"].__get__
+    _cdict = type.__dict__["__dict__"].__get__
+    _member_t = _type(__import__("fractions").Fraction.__dict__["_numerator"])  # member_descriptor
+    _getset_t = _type(type.__dict__["__dict__"])  # getset_descriptor
+    # C types that hand a comparison to another object: judged as that object would be.
+    forwarders = frozenset({__import__("weakref").ProxyType, __import__("weakref").CallableProxyType,
+                            types.MappingProxyType})
+    mock_any = _type(__import__("unittest.mock").mock.ANY)
+    # Probes are drawn from the OS, per comparison: nothing the code under test can seed or
+    # replay (os.urandom raises no audit event; int.from_bytes is C).
+    _urandom, _from_bytes, _isdigit, _isalpha, _islower = (
+        os.urandom, int.from_bytes, str.isdigit, str.isalpha, str.islower)
+    _join_s, _join_b = "".join, b"".join
+    _chr, _ord, _abs, _min, _max, _enumerate = chr, ord, abs, min, max, enumerate
+    _stat, _fstat, _scandir = os.stat, os.fstat, os.scandir
+    _isdir_mode = __import__("stat").S_ISDIR
     plain_types = frozenset({int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset})
     scalar_types = frozenset({int, float, complex, str, bytes, bool, type(None)})
     seq_types = (list, tuple)
@@ -778,7 +809,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         "fd": -1, "nonce": "", "suite": None, "plan": None, "pos": 0, "current": None,
         "loop": None, "passed": None, "snap": None, "full": None, "cwd": "/",
         "read_ok": (), "write_ok": (), "deny": (), "tamper": [], "pre_dicts": frozenset(),
-        "hooklists": None, "vcache": {},
+        "hooklists": None, "vcache": {}, "eq_raised": None,
     }
 
     def debug(msg):
@@ -911,83 +942,260 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         return under(path, S["read_ok"]) or under(path, S["write_ok"]) or under(path, S["run_roots"])
 
     def eq_kind(obj, name):
-        """'plain' | 'trusted' | 'untrusted' for how `obj` implements `name` (__eq__/__ne__)."""
+        """'plain' | 'trusted' | 'untrusted' for how `obj` implements `name` (__eq__/__ne__).
+        Trust goes by the class of the object, not by where its __eq__ was defined: only a
+        class that existed before the patch, with the MRO it had then, may use a pre-existing
+        __eq__ unprobed, and an instance of a pre-existing class with a Python __eq__ only
+        while its own state holds nothing untrusted (a UserString whose ``data``, a Fraction
+        whose ``_numerator`` the patch replaced)."""
         tp = _type(obj)
         if tp in plain_types:
             return "plain"
-        for klass in tp.__mro__:
-            impl = klass.__dict__.get(name)
+        if tp in forwarders:
+            return "untrusted"  # a proxy compares as its referent: probe through it
+        mro = _mro_of(tp)
+        heap = _flags_of(tp) & heap_flag
+        if heap and eq_trusted.get((_id(tp), "__mro__")) is not mro:
+            return "untrusted"  # a class made (or rebased) after untrusted code could run
+        for klass in mro:
+            impl = _cdict(klass).get(name)
             if impl is None:
                 continue
-            if not (klass.__flags__ & heap_flag):
+            if not (_flags_of(klass) & heap_flag):
                 return "trusted"  # a C type's slot
             if eq_trusted.get((_id(klass), name)) is impl:
-                return "trusted"  # the original method of a class loaded before the patch
+                # The original method of a class loaded before the patch.
+                return "untrusted" if tainted(obj, tp, mro, [64]) else "trusted"
             return "untrusted"  # probed: hidden-test helpers with a real __eq__ pass the probe
         return "trusted"
 
-    def perturbed(value):
-        """A value of the same plain type that `value` is not equal to."""
-        tp = _type(value)
-        if tp is _bool:
-            return not value
-        if tp is _int or tp is _complex:
-            return value + 7919
+    def tainted(obj, tp, mro, budget):
+        """Whether the state of `obj` (an instance of a pre-existing class) holds an object
+        whose equality is not trusted: slots and instance dict, one level into plain
+        containers. Read through C descriptors only."""
+        values = []
+        for klass in mro:
+            for desc in _cdict(klass).values():
+                if _type(desc) is _member_t:
+                    try:
+                        values.append(desc.__get__(obj, tp))
+                    except _BaseException:
+                        pass
+        for klass in mro:
+            desc = _cdict(klass).get("__dict__")
+            if _type(desc) is _getset_t:
+                try:
+                    d = desc.__get__(obj, tp)
+                except _BaseException:
+                    d = None
+                if _type(d) is _dict:
+                    values.extend(_dict.values(d))
+                break
+        for v in values:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            t = _type(v)
+            if t is _list or t is _tuple or t is _set or t is _frozenset:
+                items = v
+            elif t is _dict:
+                items = _dict.values(v)
+            else:
+                items = (v,)
+            for item in items:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return False
+                if _type(item) not in plain_types and eq_kind(item, "__eq__") == "untrusted":
+                    return True
+        return False
+
+    def rnd(n):
+        """Uniform enough in range(n), from the OS."""
+        return _from_bytes(_urandom(8), "little") % n if n > 1 else 0
+
+    def copy_scalar(v):
+        """A new object equal to the plain scalar `v`, built the way a probe is (so neither
+        identity nor interning tells the real value from a probe). NaN stays itself
+        (container comparisons short-cut on identity)."""
+        tp = _type(v)
+        if tp is _int:
+            return v + 0
         if tp is _float:
-            return value + 1.0 if value == value and value not in (_float("inf"), _float("-inf")) else 0.5
+            return v if v != v else v * 1.0
+        if tp is _complex:
+            return v if v != v else v * 1
         if tp is _str:
-            return value + "\x00rlvr"
+            return _join_s((v[:1], v[1:])) if _len(v) > 1 else v
         if tp is _bytes:
-            return value + b"\x00rlvr"
-        if tp is _tuple:
-            return value + (_object(),)
-        if tp is _list:
-            return value + [_object()]
+            return _join_b((v[:1], v[1:])) if _len(v) > 1 else v
+        return v
+
+    def perturb_scalar(v):
+        """A value of the same type and shape as `v` that `v` is not equal to, drawn fresh."""
+        tp = _type(v)
+        if tp is _bool:
+            return not v
+        if tp is _int:
+            d = 1 + rnd(_max(3, _min(_abs(v), 1 << 62)))
+            s = 1 if rnd(2) else -1
+            if (v >= 0 and v - d < 0 and s < 0) or (v < 0 and v + d >= 0 and s > 0):
+                s = -s
+            return v + s * d
+        if tp is _float:
+            if v != v or v in (_float("inf"), _float("-inf")):
+                return (rnd(2000) + 1) / 16.0
+            m = _abs(v) if v else 1.0
+            w = v + (1 if rnd(2) else -1) * m * (0.01 + rnd(1000) / 1000.0)
+            if (v > 0 and w <= 0) or (v < 0 and w >= 0):
+                w = v - (w - v)
+            return w if w != v else v + m
+        if tp is _complex:
+            return _complex(perturb_scalar(v.real), v.imag)
+        if tp is _str or tp is _bytes:
+            n = _len(v)
+            c = (_ord(v[0:1]) if n else 97) if tp is _str else (v[0] if n else 97)
+            i = rnd(n) if n else 0
+            if n:
+                c = _ord(v[i]) if tp is _str else v[i]
+            if 48 <= c <= 57:
+                r = 48 + (c - 48 + 1 + rnd(9)) % 10
+            elif 97 <= c <= 122:
+                r = 97 + (c - 97 + 1 + rnd(25)) % 26
+            elif 65 <= c <= 90:
+                r = 65 + (c - 65 + 1 + rnd(25)) % 26
+            elif c < 128:
+                r = 32 + (c - 32 + 1 + rnd(94)) % 95 if 32 <= c < 127 else (c + 1) % 128
+            elif tp is _bytes:
+                r = 128 + (c - 128 + 1 + rnd(127)) % 128
+            else:
+                r = c + 1 + rnd(16)
+                if 0xD800 <= r < 0xE000:
+                    r = 0xE000 + rnd(16)
+            if tp is _str:
+                return _join_s((v[:i], _chr(r), v[i + 1:]))
+            return _join_b((v[:i], _bytes((r,)), v[i + 1:]))
+        return _object()  # None: no other value of its type exists
+
+    def build(x, path, i, mode, budget):
+        """A fresh copy of the plain value `x` (plain containers rebuilt, plain scalars new
+        objects, anything else shared), with the leaf at path[i:] perturbed when `mode`."""
+        budget[0] -= 1
+        tp = _type(x)
+        on_path = path is not None and i < _len(path)
+        if path is not None and i == _len(path):
+            return perturb_any(x, budget) if mode else build(x, None, 0, False, budget)
+        if tp in scalar_types:
+            return copy_scalar(x) if budget[0] >= 0 else x
+        if budget[0] < 0 and not on_path:
+            return x
+        key = path[i] if on_path else None
+        if tp is _list or tp is _tuple:
+            out = [build(e, path if on_path and j == key else None, i + 1, mode, budget)
+                   for j, e in _enumerate(x)]
+            return out if tp is _list else _tuple(out)
         if tp is _dict:
-            d = _dict(value)
-            d[_object()] = 0
-            return d
+            return {k: build(v, path if on_path and (k is key or (_type(k) is _type(key) and k == key)) else None,
+                             i + 1, mode, budget) for k, v in _dict.items(x)}
         if tp is _set or tp is _frozenset:
-            return value | {_object()}
+            out = _set(build(e, None, 0, False, budget) for e in x)
+            return out if tp is _set else _frozenset(out)
+        return x
+
+    def perturb_any(x, budget):
+        """`x` with one plain scalar inside it (chosen at random) perturbed."""
+        tp = _type(x)
+        if tp in scalar_types:
+            return perturb_scalar(x)
+        if tp is _list or tp is _tuple or tp is _dict:
+            keys = _list(x) if tp is _dict else _list(_range(_len(x)))
+            if not keys:
+                return [0] if tp is _list else ((0,) if tp is _tuple else {perturb_scalar(""): 0})
+            return build(x, (keys[rnd(_len(keys))],), 0, True, budget)
+        if tp is _set or tp is _frozenset:
+            items = _list(x)
+            extra = perturb_scalar(items[rnd(_len(items))]) if items else 0
+            if _type(extra) not in scalar_types or extra in x:
+                extra = _object()
+            out = _set(items[1:] if items else ())
+            out.add(extra)
+            return out if tp is _set else _frozenset(out)
         return _object()
 
-    def bogus(obj, plain, op):
-        """Counterfactual probe: an object whose __eq__ also says True for a value that
-        differs from the expected one (or whose __ne__ says it differs from itself)
-        decides comparisons regardless of the data. A probe that *raises* (a value class
-        that builds an object from the other side and rejects the perturbed copy) is no
-        claim at all: the real comparison then runs as usual. Raising gains a patch
-        nothing that returning False would not: the probe's argument is recognisable."""
-        tp = _type(obj)
-        try:
-            if op == "==":
-                r = tp.__eq__(obj, perturbed(plain))
-            else:
-                r = tp.__ne__(obj, obj)
-            return r is not _NotImplemented and _bool(r)
-        except _BaseException:
-            return False
-
-    def suspicious(a, b, op, budget):
+    def find(a, b, path, out, budget, name):
+        """Collect (plain side, path, object) for every place (bounded) where a plain value
+        meets an object whose equality the guard does not trust."""
         budget[0] -= 1
-        if budget[0] < 0:
-            return False
-        name = "__eq__" if op == "==" else "__ne__"
+        if budget[0] < 0 or _len(out) >= 64:
+            return
         ka = eq_kind(a, name)
         kb = eq_kind(b, name)
         if ka == "untrusted" and kb == "plain":
-            return bogus(a, b, op)
+            out.append((1, path, a))
+            return
         if kb == "untrusted" and ka == "plain":
-            return bogus(b, a, op)
+            out.append((0, path, b))
+            return
         ta, tb = _type(a), _type(b)
         if ta in seq_types and tb in seq_types and _len(a) == _len(b):
             for i in _range(_len(a)):
-                if suspicious(a[i], b[i], op, budget):
-                    return True
-        if ta is _dict and tb is _dict and _len(a) == _len(b):
-            for k, v in a.items():
-                if _type(k) in plain_types and k in b and suspicious(v, b[k], op, budget):
-                    return True
+                find(a[i], b[i], path + (i,), out, budget, name)
+        elif ta is _dict and tb is _dict and _len(a) == _len(b):
+            for k, v in _dict.items(a):
+                if _type(k) in scalar_types and k in b:
+                    find(v, b[k], path + (k,), out, budget, name)
+
+    def compare(x, y, op):
+        """The one place where the guard compares: probes and the real comparison alike."""
+        return _bool(x == y) if op == "==" else _bool(x != y)
+
+    def guard_eq(a, b, op):
+        """rlvr.eq for a hidden ``a == b``: if a plain value meets untrusted equality, the
+        real comparison and two fresh probes per such place (one place in four at most, drawn
+        at random) run from here, in an order drawn from the OS, on fresh copies of the plain
+        side: the same frames, recursion depth, types and shapes for every call, so an
+        object cannot tell the probe from the real value. A probe claimed equal is the
+        AlwaysEqual hack; a real comparison that fails fails the assertion here (the hidden
+        test's own comparison that follows cannot turn it into a pass)."""
+        leaves = []
+        find(a, b, (), leaves, [2000], "__eq__" if op == "==" else "__ne__")
+        if not leaves:
+            return
+        if op != "==":
+            # `!=`: an object that says it differs from itself decides regardless of the data.
+            for _side, _path, obj in leaves:
+                try:
+                    r = _type(obj).__ne__(obj, obj)
+                    if r is not _NotImplemented and _bool(r):
+                        return True
+                except _BaseException:
+                    pass
+            return False
+        chosen = leaves
+        while _len(chosen) > 4:
+            j = rnd(_len(chosen))
+            chosen = chosen[:j] + chosen[j + 1:]
+        calls = _len(chosen) * 2 + 1
+        real_at = rnd(calls)
+        for n in _range(calls):
+            if n == real_at:
+                try:
+                    ok = compare(build(a, None, 0, False, [4096]), build(b, None, 0, False, [4096]), op)
+                except _BaseException as exc:
+                    S["eq_raised"] = exc  # the comparison's own error: the test's, unflagged
+                    raise
+                if not ok:
+                    raise _AssertionError("assert a == b")
+                continue
+            side, path, _obj = chosen[(n - (n > real_at)) // 2]
+            x = build(a, path if side == 0 else None, 0, True, [4096])
+            y = build(b, path if side == 1 else None, 0, True, [4096])
+            try:
+                claimed = compare(x, y, op)
+            except _BaseException:
+                claimed = False  # a probe that raises is no claim (value classes that parse `other`)
+            if claimed:
+                return True
         return False
 
     def verify_pass(frame):
@@ -1212,8 +1420,13 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 if _type(args[0]) in scalar_types and _type(args[1]) in scalar_types:
                     return  # builtin scalars compare in C: nothing to probe
                 try:
-                    bad = suspicious(args[0], args[1], args[2], [2000])
-                except _BaseException:
+                    bad = guard_eq(args[0], args[1], args[2])
+                except _AssertionError:
+                    raise  # the real comparison said the assertion does not hold
+                except _BaseException as exc:
+                    if S["eq_raised"] is exc:
+                        S["eq_raised"] = None
+                        raise
                     bad = True
                 if bad:
                     flag("eq_override")
