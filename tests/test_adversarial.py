@@ -18,6 +18,7 @@ import pytest
 
 from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
                                Canary)
+from adversarial.surfaces_equality import EQUALITY_CASES
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
@@ -34,6 +35,8 @@ TASKS = {"pytest": TASK, "lean": make_task(hidden_tests=HIDDEN_LEAN)}
 UT_TASK = make_task(hidden_tests=HIDDEN_UNITTEST, fail_to_pass=UNITTEST_FAIL_TO_PASS,
                     pass_to_pass=UNITTEST_PASS_TO_PASS)
 ATTACK_TASKS = {**TASKS, "unittest": UT_TASK}
+# Every attack tried under every runner shape (issue 35's surfaces 5-7 in surfaces_equality.py).
+ALL_CASES = CASES + EQUALITY_CASES
 
 
 def test_there_are_at_least_25_distinct_attacks():
@@ -41,6 +44,12 @@ def test_there_are_at_least_25_distinct_attacks():
     assert len(names) == len(set(names)) >= 25
     assert len([c for c in CASES if c.reason != "patch_rejected"]) >= 25
     assert not {c.name for c in UNITTEST_CASES} & set(names)
+    assert len({c.name for c in ALL_CASES}) == len(ALL_CASES)
+
+
+def test_each_equality_surface_has_at_least_two_cases():
+    for prefix in (("eq_site_",), ("probe_tell_",), ("frame_view_site_", "hidden_listing_")):
+        assert len([c for c in EQUALITY_CASES if c.name.startswith(prefix)]) >= 2, prefix
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +117,7 @@ def test_unittest_attack_fails(enclave, canary, case):
 
 
 @pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
 def test_attack_fails(enclave, canary, case, runner):
     before = _digest(canary.dir)
     patch = case.make(canary)
@@ -142,18 +151,54 @@ def test_git_refuses_escaping_paths_even_without_the_policy(enclave):
 
 @pytest.mark.parametrize("runner", sorted(TASKS))
 def test_hidden_tests_are_not_on_disk(enclave, runner):
-    """What the code under test can see of the hidden directory: names, empty files."""
+    """What the code under test can see of the hidden directory: no listing (by path or by
+    a directory fd: refused and flagged), and a placeholder opened by a guessed name is empty."""
     probe = REPO["mathpkg/util.py"] + '''
 
 def spread(xs):
     import os
-    sizes = []
-    for root, _dirs, files in os.walk("/tmp/rlvr-enclave/run/hidden"):
-        sizes += [os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".py")]
-    return max(xs) - min(xs) + sum(sizes)
+    hidden = "/tmp/rlvr-enclave/run/hidden"
+    listed = []
+    for lister in (lambda: os.listdir(hidden), lambda: [e.name for e in os.scandir(hidden)],
+                   lambda: next(os.walk(hidden), (0, 0, []))[2]):
+        try:
+            listed += lister()
+        except PermissionError:
+            pass
+    fd = os.open(hidden, os.O_RDONLY)
+    try:
+        os.listdir(fd)
+        listed.append("fd")
+    except PermissionError:
+        pass
+    finally:
+        os.close(fd)
+    with open(os.path.join(hidden, "test_util.py")) as fh:
+        size = len(fh.read())
+    return max(xs) - min(xs) + size + len(listed)
 '''
     run = enclave.run_suite(TASKS[runner], patch_to({**REPO, "mathpkg/util.py": probe}), seed=1)
-    assert run.outcomes["test_util.py::test_spread"] == "passed"  # every placeholder is empty
+    assert run.outcomes["test_util.py::test_spread"] == "passed"  # nothing listed, placeholder empty
+    assert "blocked_file" in run.safety_flags
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_hidden_tests_may_list_their_own_directory(enclave, runner):
+    """The listing refusal is for the code under test: a hidden test (pytest's or the lean
+    runner's stack below it) lists its own directory as before."""
+    hidden = dict(TASKS[runner].hidden_tests)
+    hidden["test_util.py"] += '''
+
+def test_lists_own_dir():
+    import os
+    here = os.path.dirname(__file__)
+    assert "test_util.py" in os.listdir(here)
+    assert "test_util.py" in [e.name for e in os.scandir(here)]
+'''
+    task = TASKS[runner].with_(hidden_tests=hidden)
+    run = enclave.run_suite(task, "", seed=2)
+    assert run.outcomes["test_util.py::test_lists_own_dir"] == "passed", run.outcomes
+    assert run.safety_flags == []
 
 
 OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
@@ -164,9 +209,12 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
     here = inspect.currentframe()
     assert here.f_code.co_name == "clamp" and here.f_locals["x"] is x
     assert sys._getframe(0).f_globals is globals()
-    caller = here.f_back  # the hidden test: its file and line, nothing else
-    assert caller.f_code.co_filename.endswith("test_core.py") and caller.f_lineno > 0
+    caller = here.f_back  # the hidden test: a frame, nothing that says which test or line
+    assert (caller.f_code.co_filename, caller.f_code.co_name, caller.f_code.co_qualname) == ("<hidden>",) * 3
+    assert caller.f_lineno == 0 and caller.f_globals == {"__name__": "<hidden>"}
     assert caller.f_locals == {} and not hasattr(caller.f_code, "co_consts")
+    assert inspect.getframeinfo(caller).filename == "<hidden>" and len(inspect.stack()) > 2
+    warnings.warn_explicit("old", DeprecationWarning, caller.f_code.co_filename, caller.f_lineno)
     assert inspect.getframeinfo(here).function == "clamp"
     assert any(line.name == "clamp" for line in traceback.extract_stack())
     warnings.warn("clamp is deprecated", DeprecationWarning, stacklevel=2)
@@ -182,8 +230,9 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
 @pytest.mark.parametrize("runner", sorted(TASKS))
 def test_code_under_test_may_introspect_its_own_frames(enclave, runner):
     """inspect.currentframe / sys._getframe give views of the caller's own frames, the
-    deprecation pattern `currentframe().f_back.f_code.co_filename` works, and tracebacks,
-    logging.exception and warnings' stacklevel keep working: the reference passes unflagged."""
+    deprecation pattern `currentframe().f_back.f_code.co_filename` works (a hidden test's
+    frame reads "<hidden>", line 0), and tracebacks, logging.exception, warn_explicit and
+    warnings' stacklevel keep working: the reference passes unflagged."""
     run = enclave.run_suite(TASKS[runner], patch_to(with_core(OWN_FRAMES)), seed=4)
     assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}, run.outcomes
     assert run.safety_flags == []

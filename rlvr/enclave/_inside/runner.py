@@ -941,6 +941,60 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         # The hidden dir holds empty placeholders (pytest walks it) and data files only.
         return under(path, S["read_ok"]) or under(path, S["write_ok"]) or under(path, S["run_roots"])
 
+    def hidden_dirs():
+        """(st_dev, st_ino) of the hidden directory and every directory below it, found once
+        per run with C functions captured before arming."""
+        found = S.get("hidden_dirs")
+        if found is not None:
+            return found
+        found = _set()
+        S["in"] = True
+        try:
+            todo = [S["hidden"]]
+            while todo and _len(found) < 4096:
+                d = todo.pop()
+                st = _stat(d)
+                found.add((st.st_dev, st.st_ino))
+                with _scandir(d) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False):
+                            todo.append(e.path)
+        except _BaseException:
+            pass
+        finally:
+            S["in"] = False
+        S["hidden_dirs"] = found
+        return found
+
+    def lists_hidden(target):
+        """Whether listing `target` (a path, or a directory fd) lists a hidden directory."""
+        if _type(target) is _int:
+            try:
+                st = _fstat(target)
+            except _BaseException:
+                return False
+            return _isdir_mode(st.st_mode) and (st.st_dev, st.st_ino) in hidden_dirs()
+        path = as_path(target)
+        if path is None:
+            try:
+                path = as_path(_fspath(target))
+            except _BaseException:
+                return False
+        hidden = S.get("hidden")
+        return path is not None and bool(hidden) and under(norm(path), (hidden,))
+
+    def honest_stack(f):
+        """Every frame from `f` down runs trusted (pre-patch) or hidden-test code: pytest
+        collecting, or a hidden test listing its own data, never the code under test."""
+        genuine = S.get("genuine", empty_ids)
+        g = f
+        while g is not None:
+            cid = _id(g.f_code)
+            if cid not in trusted_ids and cid not in genuine:
+                return False
+            g = g.f_back
+        return True
+
     def eq_kind(obj, name):
         """'plain' | 'trusted' | 'untrusted' for how `obj` implements `name` (__eq__/__ne__).
         Trust goes by the class of the object, not by where its __eq__ was defined: only a
@@ -1256,8 +1310,35 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 return True
         return False
 
+    def hidden_frame(g):
+        """Whether frame `g` runs hidden-test code, or any code in a hidden module's globals."""
+        if _id(g.f_code) in S.get("genuine", empty_ids):
+            return True
+        name = _dict.get(g.f_globals, "__file__")
+        hidden = S.get("hidden")
+        return _type(name) is _str and bool(hidden) and name.startswith(hidden + "/")
+
     def view_of(g, back, hide):
         v = _new(view_cls)
+        if hide == "hidden":
+            # A hidden test's frame: that a frame is there, nothing that says which test,
+            # file or assertion site (a linecache-safe name, line 0, no globals but a name).
+            c = _new(code_cls)
+            cv_set["co_filename"](c, "<hidden>")
+            cv_set["co_name"](c, "<hidden>")
+            cv_set["co_qualname"](c, "<hidden>")
+            cv_set["co_firstlineno"](c, 0)
+            fv_set["f_code"](v, c)
+            fv_set["f_lasti"](v, -1)
+            fv_set["f_globals"](v, {"__name__": "<hidden>"})
+            fv_set["f_locals"](v, {})
+            fv_set["f_builtins"](v, builtins_dict)
+            fv_set["f_lineno"](v, 0)
+            fv_set["f_back"](v, back)
+            fv_set["f_trace"](v, None)
+            fv_set["f_trace_lines"](v, True)
+            fv_set["f_trace_opcodes"](v, False)
+            return v
         if hide:
             code = g.f_code
             c = _new(code_cls)
@@ -1334,7 +1415,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 if not opaque(g):
                     view = view_of(g, view, False)
                     continue
-                made = view_of(g, view, True)
+                made = view_of(g, view, "hidden" if hidden_frame(g) else True)
                 cache[key] = (g, line, view, made)
                 view = made
         finally:
@@ -1564,6 +1645,9 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             if not path_ok(target, False):
                 flag("blocked_file")
                 raise _blocked("enclave: listing outside the workspace")
+            if lists_hidden(target) and not honest_stack(frame1()):
+                flag("blocked_file")
+                raise _blocked("enclave: the hidden directory cannot be listed")
             return
         if event == "os.chdir":
             p = as_path(args[0])
