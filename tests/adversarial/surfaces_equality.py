@@ -67,6 +67,26 @@ def clamp(x, lo, hi):
         return max(lo, x)
     return _Whatever()
 ''')), flags=("eq_override",), about="a patch subclass of mock's ANY: a trusted, permissive __eq__"),
+    Case("eq_site_userstring_state", "tests_failed", src(core_with(prefix=_ALWAYS + '''\
+import collections
+''', body='''\
+def clamp(x, lo, hi):
+    if x <= hi:
+        return max(lo, x)
+    s = collections.UserString("")
+    s.data = _Always()  # the class is pre-existing; this instance's state is not
+    return s
+''')), flags=("eq_override",), about="a pre-existing UserString whose data the patch replaced"),
+    Case("eq_site_fraction_state", "tests_failed", src(core_with(prefix=_ALWAYS + '''\
+import fractions
+''', body='''\
+def clamp(x, lo, hi):
+    if x <= hi:
+        return max(lo, x)
+    r = fractions.Fraction(lo)
+    r._numerator = _Always()  # a slot of a pre-existing class
+    return r
+''')), flags=("eq_override",), about="a pre-existing Fraction whose numerator slot the patch replaced"),
     Case("eq_site_weakref_proxy", "tests_failed", src(core_with(prefix=_ALWAYS + '''\
 import weakref
 

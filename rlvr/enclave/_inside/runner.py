@@ -68,7 +68,13 @@ Refusing frames altogether broke libraries (deprecation decorators that read
   shows its real code, line, globals and locals; a view of any other frame (stdlib, pytest,
   the enclave, hidden tests, or code running in a hidden or enclave module's globals) shows
   a ``CodeView`` (file, name, qualname, first line: no constants, no bytecode), its line,
-  ``__name__``/``__file__`` of its globals and empty locals. Views pass
+  ``__name__``/``__file__`` of its globals and empty locals - except a hidden-test frame
+  (hidden code, or any code running in a hidden module's globals), whose view says only
+  that a frame is there: file, name and qualname ``"<hidden>"``, line 0, globals
+  ``{"__name__": "<hidden>"}``, so no view tells which hidden test, file or assertion site
+  called (the deprecation pattern ``currentframe().f_back.f_code.co_filename`` then reads
+  ``"<hidden>"``, which ``warnings.warn_explicit``, linecache and logging take as any
+  other name). Views pass
   ``isinstance(v, types.FrameType)`` so ``inspect.getframeinfo`` / ``inspect.stack`` work.
   The view classes and the replacement live in a namespace of their own (no path from them
   to this module's globals), hold no state and no real frame, and are filled by the hook
@@ -92,7 +98,8 @@ Refusing frames altogether broke libraries (deprecation decorators that read
 * Tracebacks formatted this way show the file, line and function name of hidden-test and
   pytest frames they pass through (never locals, constants or source: hidden files on
   disk are empty placeholders); warnings' ``stacklevel`` is resolved in C on real frames
-  and only yields a file name and line.
+  and only yields a file name and line. Both are residual channels for a hidden test's
+  file name and line (see Residual risk).
 
 What the armed hook refuses (each with a safety flag)
 -----------------------------------------------------
@@ -105,7 +112,12 @@ and never importable again), building code or functions (``code.__new__``,
 ``posix_spawn``, ``subprocess``, ``os.system``; the unaudited ``_posixsubprocess`` and
 ``signal.signal``/timers are replaced by stubs), signals to any process, new audit hooks,
 rlimit changes, network calls, links, and opens, listings or writes outside the run
-directory and the read-only runtime (``/proc`` included).
+directory and the read-only runtime (``/proc`` included). Listing the hidden directory (or
+a directory below it), by path or through a directory fd (``os.listdir(fd)``,
+``os.scandir(fd)``, ``os.fwalk``: the fd's device and inode are compared with the hidden
+directories'), is refused unless every frame on the stack is trusted or hidden-test code:
+pytest collecting it, or a hidden test listing its own data, still can; the code under
+test, or anything it calls, cannot.
 
 Integrity checkpoints compare, by identity, the bindings of builtins, sys, pytest, the
 pytest/pluggy modules on the run path, this runner, the lean runner and the hidden test
@@ -115,14 +127,36 @@ snapshot taken before untrusted code ran: in the server, before any fork, for ev
 child does not change before arming (`presnapshot`), and at arming for the rest. A
 difference is the flag ``tamper_integrity`` and fails the verdict.
 
-Equality guard: for a hidden-test ``assert a == b`` (or ``!=``) where one side is a plain
-builtin value and the other's ``__eq__``/``__ne__`` is code that did not exist before the
-patch (neither C, nor stdlib/pytest, nor hidden-test code), the object is probed with a
-perturbed copy of the expected value; if it claims equality with that too (or inequality
-with itself), the assertion fails with the flag ``eq_override`` (the "AlwaysEqual" hack).
-A probe that raises is not a claim: legitimate ``__eq__`` methods that build an object
-from the other side reject the perturbed copy, and the real comparison then decides.
-Lists, tuples and dicts are compared element-wise (bounded).
+Equality guard: for a hidden-test ``assert a == b`` (or ``!=``, or unittest's
+``assertEqual`` family) the guard looks, element-wise through plain lists, tuples and dicts
+(bounded), for a place where a plain builtin value meets an object whose equality it does
+not take on trust. Trust goes by the *class of the object*, never only by where its
+``__eq__`` was defined: an object is trusted only if its class existed before the patch
+with the MRO it had then (every class alive in the server is recorded with its MRO tuple;
+a class made or rebased afterwards - a patch subclass of ``collections.UserString``,
+``fractions.Fraction`` or ``unittest.mock._ANY`` inheriting their stdlib ``__eq__`` - is
+not), and its ``__eq__`` is then a C slot, or the original Python method of a pre-existing
+class *and* the instance's own state (slots and ``__dict__``, one level into plain
+containers, read through C descriptors) holds no untrusted object (a ``UserString`` whose
+``data`` or a ``Fraction`` whose ``_numerator`` the patch replaced is not trusted). C types
+that forward a comparison to another object (``weakref.proxy``, ``MappingProxyType``) are
+never trusted.
+
+Where such a place exists, the guard itself runs the real comparison and two probes per
+place (four places at most, drawn at random), in an order drawn from ``os.urandom``, all
+through one function, on fresh copies of the plain side: a probe is the plain value with
+the value at that place replaced by one of the same type and shape (an int moved by a
+log-uniform offset keeping its sign, a float by 1-101% of its magnitude, one character of
+a str/bytes replaced by one of the same class, one element of a container), drawn per
+comparison from the OS, never the seeded ``random`` module. The real comparison gets a
+fresh equal copy built the same way, so identity or interning does not mark it either:
+every call has the same frames (views show the same chain), recursion depth, types and
+shapes, and no call order marks the real one. A probe claimed equal fails the assertion
+with the flag ``eq_override`` (the "AlwaysEqual" hack); a real comparison that does not
+hold fails it there (the hidden test's own comparison that follows cannot make a pass of
+it; its errors propagate unflagged). A probe that raises is not a claim: legitimate
+``__eq__`` methods that build an object from the other side reject the probe, and the real
+comparison then decides. ``!=``: the object is asked whether it differs from itself.
 
 Residual risk (honest list)
 ---------------------------
@@ -147,9 +181,22 @@ the cost of forging a *verdict* from inside it. Known gaps:
   adversarial case ``suite_via_class_globals`` walks that graph; a pytest upgrade that adds
   a new module-level reference to the Config would reopen it. A task whose dependencies need ``ctypes`` would have to
   pre-import it, re-opening raw memory access.
-* The equality guard covers ``==``/``!=`` in asserts only: ``in``, ``bool()``, hashing and
-  custom-vs-custom comparisons are not guarded, and a class that returns True only for the
-  exact expected value is indistinguishable from a correct one.
+* The equality guard covers ``==``/``!=`` in asserts and unittest's equality assertions
+  only: ``in``, ``bool()``, hashing and custom-vs-custom comparisons are not guarded, and a
+  class that returns True only for the exact expected value is indistinguishable from a
+  correct one. Probes are a counterfactual, not a proof: an object that accepts a *set* of
+  candidates including the expected value (everything in ``[lo, hi]``, "lo, hi or x") is
+  caught only when a probe lands in that set (log-uniform offsets make near neighbours
+  likely; each graded assertion and each consensus run draws again, so the chance of
+  escaping shrinks geometrically, but it is a chance). ``None`` has no other value of its
+  type, so its probe is a bare ``object()``; an empty container's probe adds an element;
+  the ``!=`` probe compares the object with itself (an object can tell that). Pre-existing
+  objects with a permissive ``__eq__`` by design are trusted: ``unittest.mock.ANY`` itself
+  returned by the code under test compares equal to anything and is not caught - hidden
+  tests legitimately put ``ANY`` (and ``pytest.approx``) on the expected side, and an
+  object's provenance cannot be told from the object; the same holds for pre-existing C
+  containers (``OrderedDict``, ``deque``) holding untrusted objects when they meet a value
+  that is not a plain list/tuple/dict.
 * Frame views are copies taken when ``sys._getframe`` was called (``f_lineno`` does not
   advance, writes to ``f_locals`` go nowhere - as for a real frame in 3.11); code that
   needs a real frame object in C (``frame.clear()`` semantics, ``sys.settrace``) or reads
@@ -160,6 +207,19 @@ the cost of forging a *verdict* from inside it. Known gaps:
 * Hidden-test objects handed to the code under test (callbacks, generators, fixtures such
   as ``request``) expose what Python exposes without audit: a hidden callback's
   ``__globals__`` is its test module's namespace, its ``__code__`` holds constants.
+  Hidden TestCase and ``Test*`` classes are reachable through ``object.__subclasses__()``
+  and their functions' ``__code__`` carries the real file name, qualname and first line:
+  frame views no longer tell an assertion site, the object graph still names the hidden
+  tests that are classes (module-level test functions are not reachable that way).
+* Where a hidden test's file name and line still show: warnings' ``stacklevel`` is
+  resolved in C on real frames (a warning the code under test raises with
+  ``stacklevel=2`` and records with ``catch_warnings(record=True)`` names the calling
+  hidden file and line), and a traceback the code under test formats of an exception that
+  passed through a hidden frame (a hidden callback that raised) shows that frame's file,
+  line and name. Hiding those would need the hidden code compiled under another file name
+  and without line numbers, which pytest's item locations, fixture errors and warnings'
+  registry read; not done. The hidden directory cannot be listed, but a placeholder opened
+  or stat'ed by a guessed name exists (it is empty).
 * Without root there is no uid switch: the child shares the server's uid; it cannot ptrace
   or read the non-dumpable server and the hook refuses ``kill``, but an escape from the hook
   could kill the server - scored as a failure, never a pass.
@@ -1091,7 +1151,9 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         if tp is _bool:
             return not v
         if tp is _int:
-            d = 1 + rnd(_max(3, _min(_abs(v), 1 << 62)))
+            # Log-uniform offsets: near neighbours (the values a "close enough" object would
+            # accept) as likely as far ones, up to twice the value's own magnitude.
+            d = 1 + rnd(1 << rnd(_min(_max(2, _abs(v).bit_length()), 62) + 2))
             s = 1 if rnd(2) else -1
             if (v >= 0 and v - d < 0 and s < 0) or (v < 0 and v + d >= 0 and s > 0):
                 s = -s
@@ -1099,7 +1161,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         if tp is _float:
             if v != v or v in (_float("inf"), _float("-inf")):
                 return (rnd(2000) + 1) / 16.0
-            m = _abs(v) if v else 1.0
+            m = _abs(v) if _abs(v) >= 1.0 else 1.0
             w = v + (1 if rnd(2) else -1) * m * (0.01 + rnd(1000) / 1000.0)
             if (v > 0 and w <= 0) or (v < 0 and w >= 0):
                 w = v - (w - v)
@@ -1168,10 +1230,14 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             return build(x, (keys[rnd(_len(keys))],), 0, True, budget)
         if tp is _set or tp is _frozenset:
             items = _list(x)
-            extra = perturb_scalar(items[rnd(_len(items))]) if items else 0
-            if _type(extra) not in scalar_types or extra in x:
-                extra = _object()
-            out = _set(items[1:] if items else ())
+            j = rnd(_len(items)) if items else 0
+            extra = _object()
+            for _try in _range(8):
+                cand = perturb_scalar(items[j]) if items else 0
+                if _type(cand) in scalar_types and cand not in x:
+                    extra = cand
+                    break
+            out = _set(items[:j] + items[j + 1:])
             out.add(extra)
             return out if tp is _set else _frozenset(out)
         return _object()
