@@ -18,7 +18,7 @@ import pytest
 
 from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
                                Canary)
-from adversarial.surfaces_equality import EQUALITY_CASES
+from adversarial.surfaces_equality import EQUALITY_CASES, RESIDUAL_CASES
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
 from rlvr.sandbox import Limits
@@ -48,7 +48,7 @@ def test_there_are_at_least_25_distinct_attacks():
 
 
 def test_each_equality_surface_has_at_least_two_cases():
-    for prefix in (("eq_site_",), ("probe_tell_",), ("frame_view_site_", "hidden_listing_")):
+    for prefix in ("eq_site_", "probe_tell_", "hidden_"):
         assert len([c for c in EQUALITY_CASES if c.name.startswith(prefix)]) >= 2, prefix
 
 
@@ -119,6 +119,8 @@ def test_unittest_attack_fails(enclave, canary, case):
 @pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
 def test_attack_fails(enclave, canary, case, runner):
+    if runner not in getattr(case, "runners", (runner,)):
+        pytest.skip(f"{case.name} applies to the {'/'.join(case.runners)} runner shapes only")
     before = _digest(canary.dir)
     patch = case.make(canary)
     verdict = enclave.verify(ATTACK_TASKS[runner], patch, seed=20240)
@@ -130,6 +132,16 @@ def test_attack_fails(enclave, canary, case, runner):
     else:
         assert verdict.runs == 1  # a failure never buys consensus reruns
     _host_untouched(canary, before)
+
+
+@pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
+@pytest.mark.parametrize("case", RESIDUAL_CASES, ids=[c.name for c in RESIDUAL_CASES])
+@pytest.mark.xfail(strict=True, reason="named residual risk: honest libraries read a hidden caller's file, name and line")
+def test_residual_attack_fails(enclave, canary, case, runner):
+    """Attacks on a channel left open on purpose (the runner's residual-risk list): they
+    still obtain `passed`. Should one start failing, move it to EQUALITY_CASES."""
+    verdict = enclave.verify(ATTACK_TASKS[runner], case.make(canary), seed=20240)
+    assert verdict.success is False
 
 
 @pytest.mark.parametrize("name", ["add_root_conftest", "sitecustomize", "pytest_ini", "pth_file", "symlink"])
@@ -209,11 +221,10 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
     here = inspect.currentframe()
     assert here.f_code.co_name == "clamp" and here.f_locals["x"] is x
     assert sys._getframe(0).f_globals is globals()
-    caller = here.f_back  # the hidden test: a frame, nothing that says which test or line
-    assert (caller.f_code.co_filename, caller.f_code.co_name, caller.f_code.co_qualname) == ("<hidden>",) * 3
-    assert caller.f_lineno == 0 and caller.f_globals == {"__name__": "<hidden>"}
+    caller = here.f_back  # the hidden test: its file and line, nothing else
+    assert caller.f_code.co_filename.endswith("test_core.py") and caller.f_lineno > 0
     assert caller.f_locals == {} and not hasattr(caller.f_code, "co_consts")
-    assert inspect.getframeinfo(caller).filename == "<hidden>" and len(inspect.stack()) > 2
+    assert inspect.getframeinfo(caller).function == "clamp" or len(inspect.stack()) > 2
     warnings.warn_explicit("old", DeprecationWarning, caller.f_code.co_filename, caller.f_lineno)
     assert inspect.getframeinfo(here).function == "clamp"
     assert any(line.name == "clamp" for line in traceback.extract_stack())
@@ -230,9 +241,10 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
 @pytest.mark.parametrize("runner", sorted(TASKS))
 def test_code_under_test_may_introspect_its_own_frames(enclave, runner):
     """inspect.currentframe / sys._getframe give views of the caller's own frames, the
-    deprecation pattern `currentframe().f_back.f_code.co_filename` works (a hidden test's
-    frame reads "<hidden>", line 0), and tracebacks, logging.exception, warn_explicit and
-    warnings' stacklevel keep working: the reference passes unflagged."""
+    deprecation pattern `currentframe().f_back.f_code.co_filename` works, and tracebacks,
+    logging.exception, warn_explicit and warnings' stacklevel keep working: the reference
+    passes unflagged. (The hidden caller's file, name and line stay visible: a named
+    residual, see RESIDUAL_CASES.)"""
     run = enclave.run_suite(TASKS[runner], patch_to(with_core(OWN_FRAMES)), seed=4)
     assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}, run.outcomes
     assert run.safety_flags == []

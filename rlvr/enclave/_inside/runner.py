@@ -68,13 +68,8 @@ Refusing frames altogether broke libraries (deprecation decorators that read
   shows its real code, line, globals and locals; a view of any other frame (stdlib, pytest,
   the enclave, hidden tests, or code running in a hidden or enclave module's globals) shows
   a ``CodeView`` (file, name, qualname, first line: no constants, no bytecode), its line,
-  ``__name__``/``__file__`` of its globals and empty locals - except a hidden-test frame
-  (hidden code, or any code running in a hidden module's globals), whose view says only
-  that a frame is there: file, name and qualname ``"<hidden>"``, line 0, globals
-  ``{"__name__": "<hidden>"}``, so no view tells which hidden test, file or assertion site
-  called (the deprecation pattern ``currentframe().f_back.f_code.co_filename`` then reads
-  ``"<hidden>"``, which ``warnings.warn_explicit``, linecache and logging take as any
-  other name). Views pass
+  ``__name__``/``__file__`` of its globals and empty locals (a hidden test's file, name and
+  line stay visible: see Residual risk for why). Views pass
   ``isinstance(v, types.FrameType)`` so ``inspect.getframeinfo`` / ``inspect.stack`` work.
   The view classes and the replacement live in a namespace of their own (no path from them
   to this module's globals), hold no state and no real frame, and are filled by the hook
@@ -98,8 +93,7 @@ Refusing frames altogether broke libraries (deprecation decorators that read
 * Tracebacks formatted this way show the file, line and function name of hidden-test and
   pytest frames they pass through (never locals, constants or source: hidden files on
   disk are empty placeholders); warnings' ``stacklevel`` is resolved in C on real frames
-  and only yields a file name and line. Both are residual channels for a hidden test's
-  file name and line (see Residual risk).
+  and only yields a file name and line.
 
 What the armed hook refuses (each with a safety flag)
 -----------------------------------------------------
@@ -211,15 +205,20 @@ the cost of forging a *verdict* from inside it. Known gaps:
   and their functions' ``__code__`` carries the real file name, qualname and first line:
   frame views no longer tell an assertion site, the object graph still names the hidden
   tests that are classes (module-level test functions are not reachable that way).
-* Where a hidden test's file name and line still show: warnings' ``stacklevel`` is
-  resolved in C on real frames (a warning the code under test raises with
-  ``stacklevel=2`` and records with ``catch_warnings(record=True)`` names the calling
-  hidden file and line), and a traceback the code under test formats of an exception that
-  passed through a hidden frame (a hidden callback that raised) shows that frame's file,
-  line and name. Hiding those would need the hidden code compiled under another file name
-  and without line numbers, which pytest's item locations, fixture errors and warnings'
-  registry read; not done. The hidden directory cannot be listed, but a placeholder opened
-  or stat'ed by a guessed name exists (it is empty).
+* Which hidden test is calling is not a secret the enclave can keep. Frame views of
+  hidden-test frames show the file, function name, qualname and line, warnings'
+  ``stacklevel`` (resolved in C on real frames) names them, and so do tracebacks through
+  hidden frames: honest libraries need exactly this - a deprecation decorator that warns
+  at ``currentframe().f_back``'s file and line (hidden tests check
+  ``record.filename == __file__``), caller-name helpers, logging's caller info reaching a
+  handler of the code under test - and what honest code under test can read, a patch can
+  (tests/test_runner_real_code.py asserts those shapes; a view showing ``"<hidden>"``
+  broke them). A patch can therefore be right only at the graded call sites (the cases
+  ``frame_view_site_*``, kept as strict xfails); it could as well detect the grader by
+  ``"_pytest" in sys.modules``. Closed: listing the hidden directory (names of hidden
+  files), and PYTEST_CURRENT_TEST (pytest's running test id in ``os.environ``; the
+  pytest runner no longer sets it, the lean runner never did - a hidden test that reads
+  it sees it unset). A placeholder opened or stat'ed by a guessed name exists (it is empty).
 * Without root there is no uid switch: the child shares the server's uid; it cannot ptrace
   or read the non-dumpable server and the hook refuses ``kill``, but an escape from the hook
   could kill the server - scored as a failure, never a pass.
@@ -1376,35 +1375,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 return True
         return False
 
-    def hidden_frame(g):
-        """Whether frame `g` runs hidden-test code, or any code in a hidden module's globals."""
-        if _id(g.f_code) in S.get("genuine", empty_ids):
-            return True
-        name = _dict.get(g.f_globals, "__file__")
-        hidden = S.get("hidden")
-        return _type(name) is _str and bool(hidden) and name.startswith(hidden + "/")
-
     def view_of(g, back, hide):
         v = _new(view_cls)
-        if hide == "hidden":
-            # A hidden test's frame: that a frame is there, nothing that says which test,
-            # file or assertion site (a linecache-safe name, line 0, no globals but a name).
-            c = _new(code_cls)
-            cv_set["co_filename"](c, "<hidden>")
-            cv_set["co_name"](c, "<hidden>")
-            cv_set["co_qualname"](c, "<hidden>")
-            cv_set["co_firstlineno"](c, 0)
-            fv_set["f_code"](v, c)
-            fv_set["f_lasti"](v, -1)
-            fv_set["f_globals"](v, {"__name__": "<hidden>"})
-            fv_set["f_locals"](v, {})
-            fv_set["f_builtins"](v, builtins_dict)
-            fv_set["f_lineno"](v, 0)
-            fv_set["f_back"](v, back)
-            fv_set["f_trace"](v, None)
-            fv_set["f_trace_lines"](v, True)
-            fv_set["f_trace_opcodes"](v, False)
-            return v
         if hide:
             code = g.f_code
             c = _new(code_cls)
@@ -1481,7 +1453,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 if not opaque(g):
                     view = view_of(g, view, False)
                     continue
-                made = view_of(g, view, "hidden" if hidden_frame(g) else True)
+                made = view_of(g, view, True)
                 cache[key] = (g, line, view, made)
                 view = made
         finally:
@@ -2209,6 +2181,19 @@ def neuter_signals() -> None:
         for name in ("signal", "setitimer", "alarm", "set_wakeup_fd", "siginterrupt", "pthread_kill", "sigwait"):
             if hasattr(mod, name):
                 setattr(mod, name, _stub(name))
+
+
+def _no_current_test_var(item, when) -> None:
+    """Stands in for ``_pytest.runner._update_current_test_var``: PYTEST_CURRENT_TEST would
+    tell the code under test, through ``os.environ``, which hidden test (file, name,
+    parameters) is running."""
+
+
+def hide_current_test() -> None:
+    """In the server, before the snapshot: pytest never sets PYTEST_CURRENT_TEST in a child
+    (the lean runner never did)."""
+    _pytest.runner._update_current_test_var = _no_current_test_var
+    os.environ.pop("PYTEST_CURRENT_TEST", None)
 
 
 def neuter_modules() -> None:
