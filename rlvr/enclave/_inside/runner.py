@@ -1169,10 +1169,16 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             return _complex(perturb_scalar(v.real), v.imag)
         if tp is _str or tp is _bytes:
             n = _len(v)
-            c = (_ord(v[0:1]) if n else 97) if tp is _str else (v[0] if n else 97)
-            i = rnd(n) if n else 0
+            c, i = 97, 0
             if n:
-                c = _ord(v[i]) if tp is _str else v[i]
+                # A letter or digit where there is one (a class that normalises separators
+                # or spacing must not see a probe it rightly calls equal).
+                i = rnd(n)
+                for _try in _range(16):
+                    c = _ord(v[i]) if tp is _str else v[i]
+                    if 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122:
+                        break
+                    i = rnd(n)
             if 48 <= c <= 57:
                 r = 48 + (c - 48 + 1 + rnd(9)) % 10
             elif 97 <= c <= 122:
