@@ -1198,54 +1198,51 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             return _join_b((v[:i], _bytes((r,)), v[i + 1:]))
         return _object()  # None: no other value of its type exists
 
-    def build(x, path, i, mode, budget):
+    def build(x, path, i, perturb, budget):
         """A fresh copy of the plain value `x` (plain containers rebuilt, plain scalars new
-        objects, anything else shared), with the leaf at path[i:] perturbed when `mode`."""
+        objects, anything else shared). With `perturb`, the value at path[i:] (all of `x`
+        when `path` is None) has *every* plain scalar in it replaced by a fresh one of the
+        same type and shape, keys kept: a value class that rightly ignores part of the
+        other side (semver's build metadata) still sees a different value, and no single
+        untouched element tells the probe from the real value."""
         budget[0] -= 1
-        tp = _type(x)
-        on_path = path is not None and i < _len(path)
         if path is not None and i == _len(path):
-            return perturb_any(x, budget) if mode else build(x, None, 0, False, budget)
+            return build(x, None, 0, perturb, budget)
+        tp = _type(x)
         if tp in scalar_types:
+            if path is None and perturb:
+                return perturb_scalar(x)
             return copy_scalar(x) if budget[0] >= 0 else x
-        if budget[0] < 0 and not on_path:
+        on_path = path is not None
+        if budget[0] < 0 and not on_path and not perturb:
             return x
         key = path[i] if on_path else None
         if tp is _list or tp is _tuple:
-            out = [build(e, path if on_path and j == key else None, i + 1, mode, budget)
-                   for j, e in _enumerate(x)]
+            if not x and perturb and not on_path:
+                out = [perturb_scalar(0)]
+            elif on_path:
+                out = [build(e, path, i + 1, perturb, budget) if j == key else build(e, None, 0, False, budget)
+                       for j, e in _enumerate(x)]
+            else:
+                out = [build(e, None, 0, perturb, budget) for e in x]
             return out if tp is _list else _tuple(out)
         if tp is _dict:
-            return {k: build(v, path if on_path and (k is key or (_type(k) is _type(key) and k == key)) else None,
-                             i + 1, mode, budget) for k, v in _dict.items(x)}
+            if not x and perturb and not on_path:
+                return {perturb_scalar(""): perturb_scalar(0)}
+            if on_path:
+                return {k: (build(v, path, i + 1, perturb, budget)
+                            if k is key or (_type(k) is _type(key) and k == key) else build(v, None, 0, False, budget))
+                        for k, v in _dict.items(x)}
+            return {k: build(v, None, 0, perturb, budget) for k, v in _dict.items(x)}
         if tp is _set or tp is _frozenset:
-            out = _set(build(e, None, 0, False, budget) for e in x)
+            if perturb and not on_path:
+                out = _set(perturb_scalar(e) if _type(e) in scalar_types else e for e in x) if x else {perturb_scalar(0)}
+                if out == x:
+                    out.add(_object())
+            else:
+                out = _set(build(e, None, 0, False, budget) for e in x)
             return out if tp is _set else _frozenset(out)
         return x
-
-    def perturb_any(x, budget):
-        """`x` with one plain scalar inside it (chosen at random) perturbed."""
-        tp = _type(x)
-        if tp in scalar_types:
-            return perturb_scalar(x)
-        if tp is _list or tp is _tuple or tp is _dict:
-            keys = _list(x) if tp is _dict else _list(_range(_len(x)))
-            if not keys:
-                return [0] if tp is _list else ((0,) if tp is _tuple else {perturb_scalar(""): 0})
-            return build(x, (keys[rnd(_len(keys))],), 0, True, budget)
-        if tp is _set or tp is _frozenset:
-            items = _list(x)
-            j = rnd(_len(items)) if items else 0
-            extra = _object()
-            for _try in _range(8):
-                cand = perturb_scalar(items[j]) if items else 0
-                if _type(cand) in scalar_types and cand not in x:
-                    extra = cand
-                    break
-            out = _set(items[:j] + items[j + 1:])
-            out.add(extra)
-            return out if tp is _set else _frozenset(out)
-        return _object()
 
     def find(a, b, path, out, budget, name):
         """Collect (plain side, path, object) for every place (bounded) where a plain value
