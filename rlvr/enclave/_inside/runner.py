@@ -1262,10 +1262,27 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         if ta in seq_types and tb in seq_types and _len(a) == _len(b):
             for i in _range(_len(a)):
                 find(a[i], b[i], path + (i,), out, budget, name)
-        elif ta is _dict and tb is _dict and _len(a) == _len(b):
-            for k, v in _dict.items(a):
-                if _type(k) in scalar_types and k in b:
-                    find(v, b[k], path + (k,), out, budget, name)
+            return
+        # A trusted (pre-existing) subclass of list or dict - OrderedDict, defaultdict,
+        # Counter - met by a plain one is walked as its base type (C accessors): its items
+        # may be untrusted objects. Paths index the plain side, which the probes rebuild.
+        sa = ta is not _dict and ta is not _list and (_dict in _mro_of(ta) or _list in _mro_of(ta))
+        sb = tb is not _dict and tb is not _list and (_dict in _mro_of(tb) or _list in _mro_of(tb))
+        if (ta is _dict or sa) and (tb is _dict or sb) and (ta is _dict or tb is _dict) and \
+                _dict in _mro_of(ta) and _dict in _mro_of(tb) and _dict.__len__(a) == _dict.__len__(b):
+            for k, v in _list(_dict.items(a)):
+                if _type(k) in scalar_types and _dict.__contains__(b, k):
+                    find(v, _dict.__getitem__(b, k), path + (k,), out, budget, name)
+        elif (ta is _list or sa) and (tb in seq_types or sb) and (ta is _list or tb in seq_types) and \
+                _list in _mro_of(ta) and (tb in seq_types or _list in _mro_of(tb)):
+            la = _list.__len__(a)
+            if la == _len(b):
+                for i in _range(la):
+                    find(_list.__getitem__(a, i), b[i] if tb in seq_types else _list.__getitem__(b, i),
+                         path + (i,), out, budget, name)
+        elif ta in seq_types and sb and _list in _mro_of(tb) and _len(a) == _list.__len__(b):
+            for i in _range(_len(a)):
+                find(a[i], _list.__getitem__(b, i), path + (i,), out, budget, name)
 
     def compare(x, y, op):
         """The one place where the guard compares: probes and the real comparison alike."""
@@ -1310,8 +1327,8 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                     raise _AssertionError("assert a == b")
                 continue
             side, path, _obj = chosen[(n - (n > real_at)) // 2]
-            x = build(a, path if side == 0 else None, 0, True, [4096])
-            y = build(b, path if side == 1 else None, 0, True, [4096])
+            x = build(a, path, 0, True, [4096]) if side == 0 else build(a, None, 0, False, [4096])
+            y = build(b, path, 0, True, [4096]) if side == 1 else build(b, None, 0, False, [4096])
             try:
                 claimed = compare(x, y, op)
             except _BaseException:
