@@ -123,8 +123,9 @@ difference is the flag ``tamper_integrity`` and fails the verdict.
 
 Equality guard: for a hidden-test ``assert a == b`` (or ``!=``, or unittest's
 ``assertEqual`` family) the guard looks, element-wise through plain lists, tuples and dicts
-(bounded), for a place where a plain builtin value meets an object whose equality it does
-not take on trust. Trust goes by the *class of the object*, never only by where its
+(and pre-existing subclasses of list and dict such as ``OrderedDict`` or ``Counter`` met by
+a plain one; bounded), for a place where a plain builtin value meets an object whose
+equality it does not take on trust. Trust goes by the *class of the object*, never only by where its
 ``__eq__`` was defined: an object is trusted only if its class existed before the patch
 with the MRO it had then (every class alive in the server is recorded with its MRO tuple;
 a class made or rebased afterwards - a patch subclass of ``collections.UserString``,
@@ -139,10 +140,12 @@ never trusted.
 Where such a place exists, the guard itself runs the real comparison and two probes per
 place (four places at most, drawn at random), in an order drawn from ``os.urandom``, all
 through one function, on fresh copies of the plain side: a probe is the plain value with
-the value at that place replaced by one of the same type and shape (an int moved by a
-log-uniform offset keeping its sign, a float by 1-101% of its magnitude, one character of
-a str/bytes replaced by one of the same class, one element of a container), drawn per
-comparison from the OS, never the seeded ``random`` module. The real comparison gets a
+the value at that place replaced by one of the same type and shape - every plain scalar in
+it redrawn (an int moved by a log-uniform offset keeping its sign, a float by 1-101% of its
+magnitude, one letter or digit of a str/bytes replaced by one of the same class; dict keys
+and container lengths kept), so a value class that rightly ignores part of the other side
+(semver ignores build metadata) still sees a different value - drawn per comparison from
+the OS, never the seeded ``random`` module. The real comparison gets a
 fresh equal copy built the same way, so identity or interning does not mark it either:
 every call has the same frames (views show the same chain), recursion depth, types and
 shapes, and no call order marks the real one. A probe claimed equal fails the assertion
@@ -184,7 +187,11 @@ the cost of forging a *verdict* from inside it. Known gaps:
   likely; each graded assertion and each consensus run draws again, so the chance of
   escaping shrinks geometrically, but it is a chance). ``None`` has no other value of its
   type, so its probe is a bare ``object()``; an empty container's probe adds an element;
-  the ``!=`` probe compares the object with itself (an object can tell that). Pre-existing
+  the ``!=`` probe compares the object with itself (an object can tell that). An honest
+  class whose equality is coarser than the probe's step (ints modulo a small number, floats
+  within more than 1%) is flagged: the price of a probe that looks like a real value.
+  The guard runs the real comparison itself, so an honest ``__eq__`` runs three times
+  more per guarded assertion (once per probe, once for real, once in the test). Pre-existing
   objects with a permissive ``__eq__`` by design are trusted: ``unittest.mock.ANY`` itself
   returned by the code under test compares equal to anything and is not caught - hidden
   tests legitimately put ``ANY`` (and ``pytest.approx``) on the expected side, and an
