@@ -190,8 +190,8 @@ the cost of forging a *verdict* from inside it. Known gaps:
   the ``!=`` probe compares the object with itself (an object can tell that). An honest
   class whose equality is coarser than the probe's step (ints modulo a small number, floats
   within more than 1%) is flagged: the price of a probe that looks like a real value.
-  The guard runs the real comparison itself, so an honest ``__eq__`` runs three times
-  more per guarded assertion (once per probe, once for real, once in the test). Pre-existing
+  The guard runs the real comparison itself, so an honest ``__eq__`` runs four times per
+  guarded place (two probes, the real comparison, the test's own; twice before). Pre-existing
   objects with a permissive ``__eq__`` by design are trusted: ``unittest.mock.ANY`` itself
   returned by the code under test compares equal to anything and is not caught - hidden
   tests legitimately put ``ANY`` (and ``pytest.approx``) on the expected side, and an
@@ -209,9 +209,7 @@ the cost of forging a *verdict* from inside it. Known gaps:
   as ``request``) expose what Python exposes without audit: a hidden callback's
   ``__globals__`` is its test module's namespace, its ``__code__`` holds constants.
   Hidden TestCase and ``Test*`` classes are reachable through ``object.__subclasses__()``
-  and their functions' ``__code__`` carries the real file name, qualname and first line:
-  frame views no longer tell an assertion site, the object graph still names the hidden
-  tests that are classes (module-level test functions are not reachable that way).
+  and their functions' ``__code__`` carries the real file name, qualname and first line.
 * Which hidden test is calling is not a secret the enclave can keep. Frame views of
   hidden-test frames show the file, function name, qualname and line, warnings'
   ``stacklevel`` (resolved in C on real frames) names them, and so do tracebacks through
@@ -767,14 +765,13 @@ def eq_originals() -> dict:
     # class that is not here, or whose MRO was replaced since (``__bases__`` assignment makes
     # a new tuple), was made or reshaped after untrusted code could run, and the guard
     # trusts no ``__eq__`` for its instances, wherever that ``__eq__`` was defined.
-    todo, classes = [object], []
+    todo = [object]
     while todo:
         klass = todo.pop()
         key = object.__hash__(klass)
         if (key, "__mro__") in out:
             continue
         out[(key, "__mro__")] = klass.__mro__  # holds the class: its pointer hash stays unique
-        classes.append(klass)
         todo.extend(type.__subclasses__(klass))
     return out
 
