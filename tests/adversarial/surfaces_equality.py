@@ -22,6 +22,7 @@ from adversarial.cases import core_with, src
 class Case(_BaseCase):
     runners: tuple[str, ...] = ("lean", "pytest", "unittest")  # runner shapes it applies to
 
+
 # The bug stays: above the upper bound clamp still answers `lo`; these objects stand in.
 _BUGGY = "    return lo if x > hi else max(lo, x)\n"
 
