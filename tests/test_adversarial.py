@@ -213,6 +213,29 @@ def test_lists_own_dir():
     assert run.safety_flags == []
 
 
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_code_under_test_may_list_a_hidden_data_directory(enclave, runner):
+    """A hidden directory of data files only (no test module in it) is no secret: a library
+    under test that lists the directory a hidden test hands it works, unflagged."""
+    hidden = {**TASKS[runner].hidden_tests, "data/a.txt": "1\n", "data/b.txt": "2\n"}
+    task = TASKS[runner].with_(hidden_tests=hidden)
+    lister = REPO["mathpkg/util.py"] + '''
+
+def spread(xs):
+    import os
+    names = sorted(os.listdir("/tmp/rlvr-enclave/run/hidden/data"))
+    fd = os.open("/tmp/rlvr-enclave/run/hidden/data", os.O_RDONLY)
+    try:
+        assert sorted(e.name for e in os.scandir(fd)) == names
+    finally:
+        os.close(fd)
+    return max(xs) - min(xs) + (0 if names == ["a.txt", "b.txt"] else 100)
+'''
+    run = enclave.run_suite(task, patch_to({**REPO, "mathpkg/util.py": lister}), seed=2)
+    assert run.outcomes["test_util.py::test_spread"] == "passed", run.outcomes
+    assert run.safety_flags == []
+
+
 OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
     """x limited to the closed interval [lo, hi]."""
 ''', '''def clamp(x, lo, hi):

@@ -106,12 +106,12 @@ and never importable again), building code or functions (``code.__new__``,
 ``posix_spawn``, ``subprocess``, ``os.system``; the unaudited ``_posixsubprocess`` and
 ``signal.signal``/timers are replaced by stubs), signals to any process, new audit hooks,
 rlimit changes, network calls, links, and opens, listings or writes outside the run
-directory and the read-only runtime (``/proc`` included). Listing the hidden directory (or
-a directory below it), by path or through a directory fd (``os.listdir(fd)``,
-``os.scandir(fd)``, ``os.fwalk``: the fd's device and inode are compared with the hidden
-directories'), is refused unless every frame on the stack is trusted or hidden-test code:
-pytest collecting it, or a hidden test listing its own data, still can; the code under
-test, or anything it calls, cannot.
+directory and the read-only runtime (``/proc`` included). Listing a hidden directory that
+holds a .py file (the hidden root, a helper package), by path or through a directory fd
+(``os.listdir(fd)``, ``os.scandir(fd)``, ``os.fwalk``: compared by device and inode), is
+refused unless every frame on the stack is trusted or hidden-test code: pytest collecting
+it, or a hidden test listing its own directory, still can; the code under test, or
+anything it calls, cannot (a hidden directory of data files only stays listable).
 
 Integrity checkpoints compare, by identity, the bindings of builtins, sys, pytest, the
 pytest/pluggy modules on the run path, this runner, the lean runner and the hidden test
@@ -1004,10 +1004,12 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         # The hidden dir holds empty placeholders (pytest walks it) and data files only.
         return under(path, S["read_ok"]) or under(path, S["write_ok"]) or under(path, S["run_roots"])
 
-    def hidden_dirs():
-        """(st_dev, st_ino) of the hidden directory and every directory below it, found once
-        per run with C functions captured before arming."""
-        found = S.get("hidden_dirs")
+    def secret_dirs():
+        """(st_dev, st_ino) of every hidden directory that holds a .py file (its listing
+        would name hidden test modules), found once per run with C functions captured
+        before arming. Directories of data files only stay listable: their names are no
+        secret (the tests open them) and libraries under test list them honestly."""
+        found = S.get("secret_dirs")
         if found is not None:
             return found
         found = _set()
@@ -1016,35 +1018,42 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             todo = [S["hidden"]]
             while todo and _len(found) < 4096:
                 d = todo.pop()
-                st = _stat(d)
-                found.add((st.st_dev, st.st_ino))
-                with _scandir(d) as it:
-                    for e in it:
-                        if e.is_dir(follow_symlinks=False):
-                            todo.append(e.path)
-        except _BaseException:
-            pass
+                try:
+                    st = _stat(d)
+                    secret = False
+                    with _scandir(d) as it:
+                        for e in it:
+                            if e.is_dir(follow_symlinks=False):
+                                todo.append(e.path)
+                            elif e.name.endswith(".py"):
+                                secret = True
+                except _BaseException:
+                    continue
+                if secret:
+                    found.add((st.st_dev, st.st_ino))
         finally:
             S["in"] = False
-        S["hidden_dirs"] = found
+        S["secret_dirs"] = found
         return found
 
     def lists_hidden(target):
-        """Whether listing `target` (a path, or a directory fd) lists a hidden directory."""
-        if _type(target) is _int:
-            try:
+        """Whether listing `target` (a path, or a directory fd) would name hidden test
+        modules (see secret_dirs): compared by device and inode, so '..', a changed cwd
+        or an fd opened relative to another directory find the same directory."""
+        try:
+            if _type(target) is _int:
                 st = _fstat(target)
-            except _BaseException:
-                return False
-            return _isdir_mode(st.st_mode) and (st.st_dev, st.st_ino) in hidden_dirs()
-        path = as_path(target)
-        if path is None:
-            try:
-                path = as_path(_fspath(target))
-            except _BaseException:
-                return False
-        hidden = S.get("hidden")
-        return path is not None and bool(hidden) and under(norm(path), (hidden,))
+            else:
+                path = as_path(target)
+                if path is None:
+                    path = as_path(_fspath(target))
+                hidden = S.get("hidden")
+                if path is None or not hidden or not under(norm(path), (hidden,)):
+                    return False
+                st = _stat(path)
+        except _BaseException:
+            return False  # nothing to list there
+        return _isdir_mode(st.st_mode) and (st.st_dev, st.st_ino) in secret_dirs()
 
     def honest_stack(f):
         """Every frame from `f` down runs trusted (pre-patch) or hidden-test code: pytest
