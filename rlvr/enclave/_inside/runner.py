@@ -224,6 +224,9 @@ the cost of forging a *verdict* from inside it. Known gaps:
   files), and PYTEST_CURRENT_TEST (pytest's running test id in ``os.environ``; the
   pytest runner no longer sets it, the lean runner never did - a hidden test that reads
   it sees it unset). A placeholder opened or stat'ed by a guessed name exists (it is empty).
+  The listing refusal has an honest cost: a library under test asked to list a hidden
+  directory that also holds test modules (data files kept next to the tests, handed over as
+  ``os.path.dirname(__file__)``) is refused and flagged; data in a directory of its own is not.
 * Without root there is no uid switch: the child shares the server's uid; it cannot ptrace
   or read the non-dumpable server and the hook refuses ``kill``, but an escape from the hook
   could kill the server - scored as a failure, never a pass.
