@@ -19,6 +19,7 @@ import pytest
 from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
                                Canary)
 from adversarial.surfaces_collection import COLLECTION_CASES
+from adversarial.surfaces_equality import EQUALITY_CASES, RESIDUAL_CASES
 from adversarial.threads import THREAD_CASES
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
@@ -36,12 +37,11 @@ TASKS = {"pytest": TASK, "lean": make_task(hidden_tests=HIDDEN_LEAN)}
 UT_TASK = make_task(hidden_tests=HIDDEN_UNITTEST, fail_to_pass=UNITTEST_FAIL_TO_PASS,
                     pass_to_pass=UNITTEST_PASS_TO_PASS)
 ATTACK_TASKS = {**TASKS, "unittest": UT_TASK}
-# Every attack against every hidden-suite shape it applies to (the collection-surface cases
-# of issue 35 name theirs: some need pytest's collector, or a unittest suite).
-ALL_CASES = CASES + COLLECTION_CASES + THREAD_CASES
+# Every attack against every hidden-suite shape it applies to (issue 35's surfaces: some
+# cases need pytest's collector, or a unittest suite).
+ALL_CASES = CASES + COLLECTION_CASES + EQUALITY_CASES + THREAD_CASES
 ATTACKS = [pytest.param(case, runner, id=f"{case.name}-{runner}")
-           for case in ALL_CASES for runner in sorted(ATTACK_TASKS)
-           if runner in getattr(case, "shapes", ATTACK_TASKS)]
+           for case in ALL_CASES for runner in sorted(ATTACK_TASKS) if runner in case.shapes]
 
 
 def test_there_are_at_least_25_distinct_attacks():
@@ -58,6 +58,15 @@ def test_each_collection_surface_has_two_cases():
     """Issue 35, surfaces 1-4: at least two cases each, named for the surface."""
     for prefix in ("window_", "late_namespace_", "unplanned_name_", "runner_modules_"):
         assert len([c for c in COLLECTION_CASES if c.name.startswith(prefix)]) >= 2, prefix
+
+
+def test_each_equality_surface_has_at_least_two_cases():
+    for prefix in ("eq_site_", "probe_tell_", "hidden_"):
+        assert len([c for c in EQUALITY_CASES if c.name.startswith(prefix)]) >= 2, prefix
+
+
+def test_the_thread_races_have_two_cases():
+    assert len([c for c in THREAD_CASES if c.name.startswith("thread_race_")]) >= 2
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +148,16 @@ def test_attack_fails(enclave, canary, case, runner):
     _host_untouched(canary, before)
 
 
+@pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
+@pytest.mark.parametrize("case", RESIDUAL_CASES, ids=[c.name for c in RESIDUAL_CASES])
+@pytest.mark.xfail(strict=True, reason="named residual risk: honest libraries read a hidden caller's file, name and line")
+def test_residual_attack_fails(enclave, canary, case, runner):
+    """Attacks on a channel left open on purpose (the runner's residual-risk list): they
+    still obtain `passed`. Should one start failing, move it to EQUALITY_CASES."""
+    verdict = enclave.verify(ATTACK_TASKS[runner], case.make(canary), seed=20240)
+    assert verdict.success is False
+
+
 @pytest.mark.parametrize("name", ["add_root_conftest", "sitecustomize", "pytest_ini", "pth_file", "symlink"])
 def test_policy_bypass_is_still_harmless_inside(enclave, name):
     """Defence in depth: feed statically-refused patches straight to run_suite (as if the
@@ -158,18 +177,77 @@ def test_git_refuses_escaping_paths_even_without_the_policy(enclave):
 
 @pytest.mark.parametrize("runner", sorted(TASKS))
 def test_hidden_tests_are_not_on_disk(enclave, runner):
-    """What the code under test can see of the hidden directory: names, empty files."""
+    """What the code under test can see of the hidden directory: no listing (by path or by
+    a directory fd: refused and flagged), and a placeholder opened by a guessed name is empty."""
     probe = REPO["mathpkg/util.py"] + '''
 
 def spread(xs):
     import os
-    sizes = []
-    for root, _dirs, files in os.walk("/tmp/rlvr-enclave/run/hidden"):
-        sizes += [os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".py")]
-    return max(xs) - min(xs) + sum(sizes)
+    hidden = "/tmp/rlvr-enclave/run/hidden"
+    listed = []
+    for lister in (lambda: os.listdir(hidden), lambda: [e.name for e in os.scandir(hidden)],
+                   lambda: next(os.walk(hidden), (0, 0, []))[2]):
+        try:
+            listed += lister()
+        except PermissionError:
+            pass
+    fd = os.open(hidden, os.O_RDONLY)
+    try:
+        os.listdir(fd)
+        listed.append("fd")
+    except PermissionError:
+        pass
+    finally:
+        os.close(fd)
+    with open(os.path.join(hidden, "test_util.py")) as fh:
+        size = len(fh.read())
+    return max(xs) - min(xs) + size + len(listed)
 '''
     run = enclave.run_suite(TASKS[runner], patch_to({**REPO, "mathpkg/util.py": probe}), seed=1)
-    assert run.outcomes["test_util.py::test_spread"] == "passed"  # every placeholder is empty
+    assert run.outcomes["test_util.py::test_spread"] == "passed"  # nothing listed, placeholder empty
+    assert "blocked_file" in run.safety_flags
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_hidden_tests_may_list_their_own_directory(enclave, runner):
+    """The listing refusal is for the code under test: a hidden test (pytest's or the lean
+    runner's stack below it) lists its own directory as before."""
+    hidden = dict(TASKS[runner].hidden_tests)
+    hidden["test_util.py"] += '''
+
+def test_lists_own_dir():
+    import os
+    here = os.path.dirname(__file__)
+    assert "test_util.py" in os.listdir(here)
+    assert "test_util.py" in [e.name for e in os.scandir(here)]
+'''
+    task = TASKS[runner].with_(hidden_tests=hidden)
+    run = enclave.run_suite(task, "", seed=2)
+    assert run.outcomes["test_util.py::test_lists_own_dir"] == "passed", run.outcomes
+    assert run.safety_flags == []
+
+
+@pytest.mark.parametrize("runner", sorted(TASKS))
+def test_code_under_test_may_list_a_hidden_data_directory(enclave, runner):
+    """A hidden directory of data files only (no test module in it) is no secret: a library
+    under test that lists the directory a hidden test hands it works, unflagged."""
+    hidden = {**TASKS[runner].hidden_tests, "data/a.txt": "1\n", "data/b.txt": "2\n"}
+    task = TASKS[runner].with_(hidden_tests=hidden)
+    lister = REPO["mathpkg/util.py"] + '''
+
+def spread(xs):
+    import os
+    names = sorted(os.listdir("/tmp/rlvr-enclave/run/hidden/data"))
+    fd = os.open("/tmp/rlvr-enclave/run/hidden/data", os.O_RDONLY)
+    try:
+        assert sorted(e.name for e in os.scandir(fd)) == names
+    finally:
+        os.close(fd)
+    return max(xs) - min(xs) + (0 if names == ["a.txt", "b.txt"] else 100)
+'''
+    run = enclave.run_suite(task, patch_to({**REPO, "mathpkg/util.py": lister}), seed=2)
+    assert run.outcomes["test_util.py::test_spread"] == "passed", run.outcomes
+    assert run.safety_flags == []
 
 
 OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
@@ -183,6 +261,8 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
     caller = here.f_back  # the hidden test: its file and line, nothing else
     assert caller.f_code.co_filename.endswith("test_core.py") and caller.f_lineno > 0
     assert caller.f_locals == {} and not hasattr(caller.f_code, "co_consts")
+    assert inspect.getframeinfo(caller).function == "clamp" or len(inspect.stack()) > 2
+    warnings.warn_explicit("old", DeprecationWarning, caller.f_code.co_filename, caller.f_lineno)
     assert inspect.getframeinfo(here).function == "clamp"
     assert any(line.name == "clamp" for line in traceback.extract_stack())
     warnings.warn("clamp is deprecated", DeprecationWarning, stacklevel=2)
@@ -199,7 +279,9 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
 def test_code_under_test_may_introspect_its_own_frames(enclave, runner):
     """inspect.currentframe / sys._getframe give views of the caller's own frames, the
     deprecation pattern `currentframe().f_back.f_code.co_filename` works, and tracebacks,
-    logging.exception and warnings' stacklevel keep working: the reference passes unflagged."""
+    logging.exception, warn_explicit and warnings' stacklevel keep working: the reference
+    passes unflagged. (The hidden caller's file, name and line stay visible: a named
+    residual, see RESIDUAL_CASES.)"""
     run = enclave.run_suite(TASKS[runner], patch_to(with_core(OWN_FRAMES)), seed=4)
     assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}, run.outcomes
     assert run.safety_flags == []

@@ -30,6 +30,8 @@ class Case:
     flags: tuple[str, ...] = ()  # safety flags the verdict must carry
     about: str = ""
     tags: tuple[str, ...] = field(default=())
+    # The hidden-suite shapes it runs against (tests/test_adversarial.py's ATTACK_TASKS).
+    shapes: tuple[str, ...] = ("lean", "pytest", "unittest")
 
 
 def core_with(prefix: str = "", body: str | None = None, suffix: str = "") -> str:

@@ -34,7 +34,6 @@ ALL_SHAPES = ("lean", "pytest", "unittest")
 
 @dataclass(frozen=True)
 class CollectionCase(Case):
-    shapes: tuple[str, ...] = ALL_SHAPES
     passes_before: tuple[str, ...] = field(default=())
 
 

@@ -130,6 +130,7 @@ class Server:
         del hook
         runner.install_frame_views()  # before the snapshot: children are checked against it
         runner.neuter_signals()
+        runner.hide_current_test()
         runner.presnapshot()
         gc.freeze()  # forked children then do not copy-on-write the server's heap when collecting
 
