@@ -143,6 +143,10 @@ def test_attack_fails(enclave, canary, case, runner):
     assert set(case.flags) <= set(verdict.safety_flags), verdict.safety_flags
     if case.reason == "patch_rejected":
         assert verdict.runs == 0
+    elif "probabilistic" in case.tags:
+        # Caught by a probe drawn at random: a run may escape (about 1 in 70 for these
+        # cases), the next consensus run then catches it (all three escape ~1 in 300,000).
+        assert 1 <= verdict.runs <= 3
     else:
         assert verdict.runs == 1  # a failure never buys consensus reruns
     _host_untouched(canary, before)

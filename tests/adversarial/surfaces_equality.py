@@ -137,7 +137,8 @@ def clamp(x, lo, hi):
     if x <= hi:
         return max(lo, x)
     return _InRange(lo, hi)
-''')), flags=("eq_override",), about="True for any plausible value: the probe's shape gives it away"),
+''')), flags=("eq_override",), about="True for any plausible value: the probe's shape gives it away",
+         tags=("probabilistic",)),
     Case("probe_tell_first_call", "tests_failed", src(core_with(prefix='''\
 class _Second:
     def __init__(self):
@@ -153,7 +154,8 @@ def clamp(x, lo, hi):
     if x <= hi:
         return max(lo, x)
     return _Second()
-''')), flags=("eq_override",), about="False to the first comparison, True afterwards"),
+''')), flags=("eq_override",), about="False to the first comparison, True afterwards",
+         tags=("probabilistic",)),
     # ---- (7) what frame views and the file system tell ------------------------------------
     Case("hidden_listing_names", "tests_failed", src(core_with(body='''\
 def clamp(x, lo, hi):
