@@ -97,6 +97,12 @@ def classify(hidden: dict[str, str], failure: dict) -> str:
     return "other"
 
 
+def graded_pass(new: dict, task: Task) -> bool:
+    """The prototype's verdict as today's enclave judges one: every graded test passed."""
+    outs = new.get("outcomes", {})
+    return new.get("rc") in (0, 1) and bool(task.graded_tests) and all(outs.get(t) == "passed" for t in task.graded_tests)
+
+
 def interleave_by_operator(cands):
     by_op: dict[str, list] = {}
     for c in cands:
@@ -122,6 +128,8 @@ def run_library(name: str, args, sandbox) -> dict:
         seed_task = Task(task_id=f"seed-{label}", family=label, instruction="fix the bug",
                          repo_files=dict(family.repo_files), public_tests=(), hidden_tests=hidden,
                          reference_patch="", dependencies=family.dependencies)
+        seed_run = enc.run_suite(seed_task, "", seed=0)
+        seed_passed = sorted(t for t, o in seed_run.outcomes.items() if o == "passed")
         project = project_config.for_task(seed_task).job_fields()
         packages = top_packages(family.repo_files, project["pythonpath"])
         task_env = enc.task_env(seed_task)
@@ -140,17 +148,21 @@ def run_library(name: str, args, sandbox) -> dict:
                             repo_files=state, public_tests=(), hidden_tests=hidden,
                             reference_patch=make_patch(state, family.repo_files), dependencies=family.dependencies)
                 t = time.monotonic()
-                old = enc.verify(task, "", seed=tried)
-                old_s = time.monotonic() - t
-                if old.success:
-                    continue  # the suite does not notice this bug: no task
+                run = enc.run_suite(task, "", seed=tried)  # == verify(task, "") with consensus 1,
+                old_s = time.monotonic() - t               # and it names the failing tests
+                f2p = tuple(t for t in seed_passed if run.outcomes.get(t) != "passed")
+                if run.status != "ok" or not f2p:
+                    continue  # the suite does not notice this bug: no task (curation's rule)
+                task = task.with_(fail_to_pass=f2p, pass_to_pass=tuple(t for t in seed_passed if t not in f2p))
+                old = enc.judge(run, task.graded_tests)[0]
                 new = bnd.run(task.repo_files, "")
+                new["passed"] = graded_pass(new, task)
                 tasks.append(task)
-                rows.append({"task": task.task_id, "operator": cand.operator, "old_failed": not old.success,
-                             "old_reason": old.reason, "new_failed": not new["passed"], "new_status": new["status"],
+                rows.append({"task": task.task_id, "operator": cand.operator, "old_failed": old != "none",
+                             "old_reason": old, "new_failed": not new["passed"], "new_status": new["status"],
                              "old_s": old_s, "new_s": new["wall_s"], "new_outcomes": new.get("outcomes", {}),
                              "calls": (new.get("stats") or {}).get("calls")})
-                print(f"{label} task {len(tasks):3d} {cand.operator:22s} old={old.reason:14s} "
+                print(f"{label} task {len(tasks):3d} {cand.operator:22s} old={old:14s} "
                       f"new={'failed' if not new['passed'] else 'PASSED'} ({new['status']}) "
                       f"{old_s * 1000:6.0f} / {new['wall_s'] * 1000:6.0f} ms", file=sys.stderr, flush=True)
             # The reference (every task's reference restores the same tree): ref runs per side.
@@ -159,6 +171,8 @@ def run_library(name: str, args, sandbox) -> dict:
                 v = enc.verify(task, task.reference_patch, seed=1)
                 ref_old.append(v.success)
                 r = bnd.run(task.repo_files, task.reference_patch)
+                r["passed"] = graded_pass(r, task)
+                r["ids_unknown_to_enclave"] = len(set(r.get("outcomes", {})) - set(seed_run.outcomes))
                 ref_new.append(r)
                 ref_failures += r.get("failures", [])
             compat = None
@@ -200,6 +214,7 @@ def run_library(name: str, args, sandbox) -> dict:
         "old_ref_passed_share": (sum(ref_old) / len(ref_old)) if ref_old else None,
         "new_ref_passed_share": (sum(r["passed"] for r in ref_new) / len(ref_new)) if ref_new else None,
         "ref_runs": len(ref_old),
+        "ref_ids_unknown_to_enclave": [r.get("ids_unknown_to_enclave") for r in ref_new],
         "new_ref_tests_passed": len(compat) if compat is not None else None,
         "old_unfixed_failed_share": sum(r["old_failed"] for r in rows) / n if n else None,
         "new_unfixed_failed_share": sum(r["new_failed"] for r in rows) / n if n else None,
