@@ -55,10 +55,17 @@ import enclave as enclave_bench  # noqa: E402  (bench/enclave.py: passing_suite)
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120, memory_bytes=1 << 30, max_processes=64,
                 max_file_bytes=16 << 20, output_bytes=64 << 10)
 
+MESSAGE_CLASSES = [  # (class, failure-message pattern), checked first
+    ("introspection refused at the boundary (dunders of test-side objects)", r"boundary: (op|attribute|operator)"),
+    ("warnings emitted in the other process", r"DID NOT WARN|warns\(|Warning"),
+    ("recursion through proxies", r"RecursionError"),
+    ("duck typing / protocols on proxies", r"has no len|not iterable|not subscriptable|not callable|unhashable|object has no attribute"),
+]
 CLASSES = [  # (class, test-source or message pattern) in priority order
     ("collection: subclassing/decorating a proxied class at import", r"(?s)collect.*(bases|metaclass|mro|__init_subclass__|TypeError)"),
     ("wire: object not encodable / refused", r"WireError|unencodable|refused wire"),
     ("monkeypatching/freezing in the test process", r"freeze_time|freezegun|monkeypatch|mock\.|patch\(|@patch|setattr\("),
+    ("module namespace introspection (vars/__dict__/dir of a proxy module)", r"__dict__|vars\(|dir\("),
     ("identity (`is`) on value copies", r"\bis\b(?! not None| None)|assertIs\b|\bid\("),
     ("isinstance/type against proxied classes", r"isinstance|issubclass|type\(|__class__|assertIsInstance"),
     ("generators/iterators (introspection, laziness)", r"isgenerator|iterator|generator|GeneratorType|Iterator|__next__|\biter\("),
@@ -89,6 +96,9 @@ def classify(hidden: dict[str, str], failure: dict) -> str:
         blob = failure["msg"] + "\n" + test_source(hidden, failure["id"])
     if "Timeout" in failure["msg"] or "Alarm" in failure["msg"]:
         return "timeout"
+    for name, pattern in MESSAGE_CLASSES:
+        if failure["when"] != "collect" and re.search(pattern, failure["msg"]):
+            return name
     for name, pattern in CLASSES:
         if failure["when"] == "collect" and not name.startswith("collection"):
             continue

@@ -121,10 +121,13 @@ class Endpoint:
             except Exception:
                 args = ("t", [])
             return ("E", self.handle(x), self.enc(type(x), depth + 1), args)
-        kind = "m" if t.__name__ == "module" and isinstance(x, type(sys)) else "c" if isinstance(x, type) else "o"
+        kind = "m" if isinstance(x, type(sys)) else "c" if isinstance(x, type) else "o"
         pkg = kind == "m" and hasattr(x, "__path__")
         STATS["proxies"] += 1
-        return ("r", self.handle(x), kind, pkg, str(x.__name__) if kind == "m" else t.__name__)
+        shape = [n for n in OPTIONAL if getattr(t, n, None) is not None]
+        if getattr(t, "__hash__", None) is None:
+            shape.append("nohash")
+        return ("r", self.handle(x), kind, pkg, str(x.__name__) if kind == "m" else t.__name__, shape)
 
     def dec(self, v):
         t = type(v)
@@ -181,7 +184,7 @@ class Endpoint:
                 pass
             return exc
         if tag == "r":
-            _, h, kind, pkg, tname = v
+            _, h, kind, pkg, tname, shape = v
             p = self.proxies.get(h)
             if p is None:
                 if kind == "m":
@@ -191,7 +194,8 @@ class Endpoint:
                     if pkg:
                         object.__setattr__(p, "__path__", [])
                 else:
-                    p = (ProxyClass if kind == "c" else Proxy).__new__(ProxyClass if kind == "c" else Proxy)
+                    cls = _shape_class(tuple(str(n) for n in shape))
+                    p = cls.__new__(cls)
                     object.__setattr__(p, "_ep", self)
                     object.__setattr__(p, "_id", h)
                 self.proxies[h] = p
@@ -219,7 +223,10 @@ class Endpoint:
         _, op, args = msg
         try:
             fn = OPS[op]
-            result = fn(self, *self.dec(args))
+            args = self.dec(args)
+            if self.side == "tests":
+                _check_untrusted_request(op, args)
+            result = fn(self, *args)
             out = ("a", self.enc(result))
         except BaseException as exc:  # noqa: BLE001 - everything crosses back
             if isinstance(exc, (KeyboardInterrupt, SystemExit)) and op != "call":
@@ -247,6 +254,34 @@ def _mirror_getattr(self, name):
     if ep is None or name.startswith("__"):
         raise AttributeError(name)
     return ep.call("getattr_h", ref, name)
+
+
+# What the test side serves the code under test: calls, iteration and operators on objects
+# it handed over, attributes by public name (and the few dunders wrappers copy). Never an
+# import, a setattr/delattr, or `__globals__`/`__code__`/`__closure__`/`__dict__`/`__self__`
+# (the hidden module's namespace and constants are one attribute away from any test function).
+TEST_SIDE_OPS = {"call", "op", "repr", "str", "format", "hash", "bool", "len", "iter", "next", "isinstance",
+                 "issubclass", "getattr", "getattr_h", "int", "float", "index", "enter", "exit", "dunder"}
+SAFE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__", "__wrapped__", "__signature__",
+                "__text_signature__", "__annotations__", "__len__", "__iter__", "__next__", "__reversed__"}
+SAFE_OPERATORS = {"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+                  "lshift", "rshift", "and_", "or_", "xor", "matmul", "getitem", "contains", "neg", "pos", "abs",
+                  "invert", "setitem", "delitem"}
+
+
+class Refused(Exception):
+    pass
+
+
+def _check_untrusted_request(op, args) -> None:
+    if op not in TEST_SIDE_OPS:
+        raise Refused(f"boundary: op {op!r} refused to the code under test")
+    if op in ("getattr", "getattr_h", "dunder"):
+        name = args[1]
+        if type(name) is not str or (name.startswith("__") and name not in SAFE_DUNDERS):
+            raise Refused(f"boundary: attribute {name!r} refused to the code under test")
+    if op == "op" and args[0] not in SAFE_OPERATORS:
+        raise Refused(f"boundary: operator {args[0]!r} refused")
 
 
 # ---- operations served (by whichever side owns the object) -----------------------------------
@@ -401,7 +436,7 @@ class Proxy:
 
 
 def _cmp(self, other, name):
-    if STRICT_EQ and _is_plain(other):
+    if STRICT_EQ and _ep(self).side == "tests" and _is_plain(other):
         ok, base = _c(self, "base")
         if not ok:
             return name == "ne"
@@ -423,8 +458,9 @@ for _n in ("lt", "le", "gt", "ge"):
     setattr(Proxy, f"__{_n}__", _binop(_n))
 for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and", "or",
            "xor", "matmul"):
-    setattr(Proxy, f"__{_n}__", _binop(_n))
-    setattr(Proxy, f"__r{_n}__", _binop(_n, reflected=True))
+    _o = _n + "_" if _n in ("and", "or") else _n
+    setattr(Proxy, f"__{_n}__", _binop(_o))
+    setattr(Proxy, f"__r{_n}__", _binop(_o, reflected=True))
 for _n in ("getitem", "contains"):
     setattr(Proxy, f"__{_n}__", _binop(_n))
 Proxy.__setitem__ = lambda self, k, v: _ep(self).call("op", "setitem", (self, k, v))
@@ -436,10 +472,29 @@ Proxy.__invert__ = lambda self: _ep(self).call("op", "invert", (self,))
 Proxy.__reversed__ = lambda self: _c(self, "dunder", "__reversed__", ())
 
 
-class ProxyClass(Proxy):
-    """A remote class (calling it builds a remote instance). Subclassing it on the test side
-    is not possible: it is no local type."""
-    __slots__ = ()
+# Dunders a proxy has only when the remote object's type has them (so hasattr / duck typing
+# on a proxy answers as on the object: a proxy of a non-sized object has no __len__).
+OPTIONAL = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__",
+            "__contains__", "__enter__", "__exit__", "__int__", "__float__", "__index__", "__reversed__",
+            "__bool__", "__neg__", "__pos__", "__abs__", "__invert__",
+            *[f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift",
+                                      "rshift", "and", "or", "xor", "matmul") for p in ("", "r")])
+_FULL = {n: Proxy.__dict__[n] for n in OPTIONAL if n in Proxy.__dict__}
+_SHAPES: dict = {}
+
+
+def _shape_class(shape: tuple) -> type:
+    cls = _SHAPES.get(shape)
+    if cls is None:
+        ns = {"__slots__": (), **{n: _FULL[n] for n in shape if n in _FULL}}
+        if "nohash" in shape:
+            ns["__hash__"] = None
+        cls = _SHAPES[shape] = type("Proxy", (Proxy,), ns)
+    return cls
+
+
+for _n in list(_FULL):
+    delattr(Proxy, _n)  # the base keeps only what every object has
 
 
 class ProxyModule(type(sys)):
