@@ -143,7 +143,7 @@ def run_library(name: str, args, sandbox) -> dict:
         project = project_config.for_task(seed_task).job_fields()
         packages = top_packages(family.repo_files, project["pythonpath"])
         task_env = enc.task_env(seed_task)
-        bnd = Boundary(sandbox, hidden, project, packages, task_env, timeout=LIMITS.wall_seconds)
+        bnd = Boundary(sandbox, hidden, project, packages, task_env, timeout=60)
         try:
             cands = interleave_by_operator(single_candidates(family, per_operator=args.per_operator, seed=0))
             tasks, rows, tried = [], [], 0
@@ -241,6 +241,78 @@ def run_library(name: str, args, sandbox) -> dict:
     return res
 
 
+ALWAYS_EQUAL = """
+
+class _AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def __hash__(self):
+        return 0
+
+
+def _forge(fn):
+    def forged(*args, **kwargs):
+        return _AlwaysEqual()
+    return forged
+
+
+for _name in ("camelize", "dasherize", "humanize", "ordinal", "ordinalize", "parameterize", "pluralize",
+              "singularize", "tableize", "titleize", "transliterate", "underscore"):
+    globals()[_name] = _forge(globals()[_name])
+"""
+
+
+def attacks(args, sandbox) -> None:
+    """The eq_override family on one inflection task: every public function of the unfixed
+    package returns an object equal to everything (a patch the static policy lets through: it
+    touches only the package's own source). Today's enclave, the prototype with strict
+    equality (its default) and the prototype forwarding == to the code under test."""
+    lock = load_lock()
+    lib = next(lib for lib in lock.libraries if lib.name == "inflection")
+    family = corpus_family(lib, source_dir(lib, CORPUS_CACHE))
+    label = f"{lib.name}-{lib.version}"
+    path = "inflection/__init__.py"
+    with Enclave(backend=args.backend, limits=LIMITS, workers=1, consensus_runs=1) as enc:
+        hidden = enclave_bench.passing_suite(enc, label, family.repo_files, family.tests, family.dependencies)
+        family = dataclasses.replace(family, tests=hidden)
+        cand = next(c for c in interleave_by_operator(single_candidates(family, per_operator=5, seed=0))
+                    if not c.invalid_reason(family, c.state(family)))
+        state = cand.state(family)
+        seed_task = Task(task_id=f"seed-{label}", family=label, instruction="fix the bug",
+                         repo_files=dict(family.repo_files), public_tests=(), hidden_tests=hidden,
+                         reference_patch="", dependencies=family.dependencies)
+        seed_run = enc.run_suite(seed_task, "", seed=0)
+        graded = tuple(sorted(t for t, o in seed_run.outcomes.items() if o == "passed"))
+        task = Task(task_id=cand.task_id(family), family=label, instruction="fix the bug", repo_files=state,
+                    public_tests=(), hidden_tests=hidden, reference_patch=make_patch(state, family.repo_files),
+                    dependencies=family.dependencies, pass_to_pass=graded)
+        attack = make_patch(state, {**state, path: state[path] + ALWAYS_EQUAL})
+        v = enc.verify(task, attack, seed=0)
+        out = {"attack": "always_equal (every public function)", "today": f"{v.reason} {v.safety_flags}"}
+        project = project_config.for_task(seed_task).job_fields()
+        packages = top_packages(family.repo_files, project["pythonpath"])
+        compat = None
+        for eq in ("strict", "forward"):
+            bnd = Boundary(sandbox, hidden, project, packages, None, timeout=LIMITS.wall_seconds, eq=eq)
+            try:
+                ref = bnd.run(state, task.reference_patch)
+                compat = {t for t, o in ref.get("outcomes", {}).items() if o == "passed"}
+                r = bnd.run(state, attack)
+            finally:
+                bnd.close()
+            outs = r.get("outcomes", {})
+            fooled = sum(outs.get(t) == "passed" for t in compat)
+            out[f"prototype_{eq}"] = (f"{'passed' if graded_pass(r, task) else 'failed'} on the full suite; "
+                                      f"{fooled}/{len(compat)} boundary-compatible tests pass "
+                                      f"({'passed' if fooled == len(compat) else 'failed'} on that subset)")
+        print(out, file=sys.stderr)
+        emit({"bench": "enclave_boundary_attacks", **out})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="bwrap")
@@ -252,8 +324,11 @@ def main() -> None:
     ap.add_argument("--timing-tasks", type=int, default=2)
     ap.add_argument("--verdicts", type=int, default=6, help="per side per timing task")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop building tasks after this long")
+    ap.add_argument("--attacks", action="store_true", help="run the eq_override attack demo instead")
     args = ap.parse_args()
     os.environ.setdefault("RLVR_WHEELHOUSE", str(CORPUS_CACHE / "wheelhouse"))
+    if args.attacks:
+        return attacks(args, get_sandbox(args.backend))
     names = [lib.name for lib in load_lock().libraries] if args.all else (args.library or [])
     if not names:
         raise SystemExit("--library NAME or --all")

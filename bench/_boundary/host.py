@@ -42,7 +42,7 @@ def top_packages(repo_files: dict[str, str], pythonpath: list[str]) -> list[str]
 
 class Boundary:
     def __init__(self, sandbox, hidden: dict[str, str], project: dict, packages: list[str],
-                 task_env: Path | None, timeout: int = 120, limits: Limits | None = None):
+                 task_env: Path | None, timeout: int = 120, limits: Limits | None = None, eq: str = "strict"):
         self.sandbox, self.project, self.packages, self.timeout = sandbox, project, packages, timeout
         self.base = Path(tempfile.mkdtemp(prefix="rlvr-bnd-"))
         for d in ("code", "pipes", "hidden"):
@@ -55,7 +55,7 @@ class Boundary:
             ("markers =\n" if i == 0 else "") + f"    {m}\n" for i, m in enumerate(project["markers"])))
         limits = limits or Limits(wall_seconds=timeout, cpu_seconds=timeout, memory_bytes=1 << 30,
                                   max_processes=64, max_file_bytes=16 << 20, output_bytes=64 << 10)
-        env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
+        env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0", "RLVR_BOUNDARY_EQ": eq}
         lib = Mount(HERE, "/opt/bnd")
         pipes = Mount(self.base / "pipes", "/pipes", writable=True)
         self.code = sandbox.serve([sandbox.python, "-s", "/opt/bnd/side.py", "code"],

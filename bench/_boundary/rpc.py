@@ -509,7 +509,9 @@ class ProxyModule(type(sys)):
         return ep.call("getattr", self, name)
 
     def __setattr__(self, name, value):
-        if name.startswith("__") or isinstance(value, ProxyModule) or "_ep" not in self.__dict__:
+        if isinstance(value, ProxyModule) and "_ep" in self.__dict__:
+            return  # the import system binding a submodule: the remote package already decided
+        if name.startswith("__") or "_ep" not in self.__dict__:
             object.__setattr__(self, name, value)
         else:
             self.__dict__["_ep"].call("setattr", self, name, value)

@@ -11,6 +11,7 @@ side's child reports to its parent over a pipe of their own (the code side never
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -23,10 +24,12 @@ import rpc  # noqa: E402
 
 
 def _quiet() -> None:
-    """A child's stdout is the zygote's protocol channel: point fd 1 at /dev/null."""
-    null = os.open(os.devnull, os.O_WRONLY)
+    """A child's stdin/stdout are the zygote's protocol channel: point fds 0 and 1 at /dev/null."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
+    sys.stdin = open(0, "r", closefd=False)
     sys.stdout = open(1, "w", closefd=False)
 
 
@@ -48,6 +51,7 @@ def code_main() -> None:
         if pid == 0:
             try:
                 _quiet()
+                faulthandler.dump_traceback_later(max(1, int(job["timeout"]) - 2), exit=False)
                 signal.alarm(int(job["timeout"]))
                 for p in reversed(job["paths"]):
                     sys.path.insert(0, p)
@@ -119,6 +123,7 @@ def tests_main() -> None:
             out = {"rc": -1, "outcomes": {}, "failures": []}
             try:
                 _quiet()
+                faulthandler.dump_traceback_later(max(1, int(job["timeout"]) - 2), exit=False)
                 signal.alarm(int(job["timeout"]))
                 w = os.open(job["t2c"], os.O_WRONLY)
                 r = os.open(job["c2t"], os.O_RDONLY)
