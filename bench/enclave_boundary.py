@@ -146,6 +146,8 @@ def run_library(name: str, args, sandbox) -> dict:
         bnd = Boundary(sandbox, hidden, project, packages, task_env, timeout=60)
         try:
             cands = interleave_by_operator(single_candidates(family, per_operator=args.per_operator, seed=0))
+            if args.only_file:
+                cands = [c for c in cands if all(f.endswith(args.only_file) for f in c.files)]
             tasks, rows, tried = [], [], 0
             for cand in cands:
                 if len(tasks) >= args.tasks or time.monotonic() - t_start > args.budget_s:
@@ -224,6 +226,7 @@ def run_library(name: str, args, sandbox) -> dict:
         "old_ref_passed_share": (sum(ref_old) / len(ref_old)) if ref_old else None,
         "new_ref_passed_share": (sum(r["passed"] for r in ref_new) / len(ref_new)) if ref_new else None,
         "ref_runs": len(ref_old),
+        "ref_crash": next((r.get("crash") for r in ref_new if r.get("crash")), None),
         "ref_ids_unknown_to_enclave": [r.get("ids_unknown_to_enclave") for r in ref_new],
         "new_ref_tests_passed": len(compat) if compat is not None else None,
         "old_unfixed_failed_share": sum(r["old_failed"] for r in rows) / n if n else None,
@@ -324,6 +327,7 @@ def main() -> None:
     ap.add_argument("--timing-tasks", type=int, default=2)
     ap.add_argument("--verdicts", type=int, default=6, help="per side per timing task")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop building tasks after this long")
+    ap.add_argument("--only-file", help="only bugs in repo files ending so (e.g. recipes.py)")
     ap.add_argument("--attacks", action="store_true", help="run the eq_override attack demo instead")
     args = ap.parse_args()
     os.environ.setdefault("RLVR_WHEELHOUSE", str(CORPUS_CACHE / "wheelhouse"))
@@ -341,6 +345,8 @@ def main() -> None:
               f"{res['new_unfixed_failed_share']} (on the compatible subset "
               f"{res['new_unfixed_failed_on_compatible_share']}); cost ratio {res.get('cost_ratio_median')}; "
               f"breakages {res['breakages']}", file=sys.stderr)
+        if res.get("ref_crash"):
+            print(f"{res['library']}: the prototype's reference run did not finish: {res['ref_crash']}", file=sys.stderr)
         emit({"bench": "enclave_boundary", "backend": args.backend, **res})
 
 

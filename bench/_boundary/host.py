@@ -97,7 +97,8 @@ class Boundary:
         self.code.stdin.flush()
         json.loads(self.code_lines.get(30))
         args = ["/hidden", "-q", "--tb=short", "-p", "no:cacheprovider", "-c", "/hidden/pytest.ini",
-                "--rootdir", "/hidden", "--basetemp", f"/tmp/pt-v{self.n}", "-W", "ignore::DeprecationWarning"]
+                "--rootdir", "/hidden", "--basetemp", f"/tmp/pt-v{self.n}", "-W", "ignore::DeprecationWarning",
+                "--continue-on-collection-errors"]
         self.tests.stdin.write((json.dumps({"hidden": "/hidden", "packages": self.packages, "args": args,
                                             "timeout": self.timeout, **fifo}) + "\n").encode())
         self.tests.stdin.flush()

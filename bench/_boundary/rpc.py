@@ -501,7 +501,7 @@ class ProxyModule(type(sys)):
     """A remote module, put in the test side's sys.modules by the import hook."""
 
     def __getattr__(self, name):
-        if name.startswith("__") and name in ("__path__", "__file__", "__spec__", "__loader__", "__wrapped__"):
+        if name in ("__path__", "__spec__", "__loader__", "__wrapped__"):
             raise AttributeError(name)
         ep = self.__dict__.get("_ep")
         if ep is None:

@@ -23,12 +23,14 @@ sys.path.insert(0, HERE)
 import rpc  # noqa: E402
 
 
-def _quiet() -> None:
+def _quiet(out: str = os.devnull) -> None:
     """A child's stdin/stdout are the zygote's protocol channel: point fds 0 and 1 at /dev/null."""
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
-    os.dup2(null, 1)
     os.close(null)
+    sink = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(sink, 1)
+    os.close(sink)
     sys.stdin = open(0, "r", closefd=False)
     sys.stdout = open(1, "w", closefd=False)
 
@@ -122,7 +124,7 @@ def tests_main() -> None:
             os.close(rfd)
             out = {"rc": -1, "outcomes": {}, "failures": []}
             try:
-                _quiet()
+                _quiet("/tmp/pytest-out")
                 faulthandler.dump_traceback_later(max(1, int(job["timeout"]) - 2), exit=False)
                 signal.alarm(int(job["timeout"]))
                 w = os.open(job["t2c"], os.O_WRONLY)
@@ -135,6 +137,10 @@ def tests_main() -> None:
                 rc = pytest.main(job["args"], plugins=[col])
                 out = {"rc": int(rc), "outcomes": col.outcomes, "failures": col.failures[:400],
                        "stats": dict(rpc.STATS), "pytest_s": time.monotonic() - t0}
+                if int(rc) not in (0, 1):  # a usage or conftest error: keep pytest's own words
+                    sys.stdout.flush()
+                    with open("/tmp/pytest-out", errors="replace") as fh:
+                        out["crash"] = fh.read()[-1500:]
             except BaseException as exc:  # noqa: BLE001
                 out["crash"] = repr(exc)[:400]
             finally:
