@@ -617,10 +617,12 @@ class _Instrument(ast.NodeTransformer):
 
 
 # Names every module / class namespace has without its code binding them.
+# (`__warningregistry__`: warnings.warn from the module's own code records itself there)
 _MODULE_DUNDERS = frozenset({"__name__", "__doc__", "__package__", "__loader__", "__spec__", "__file__",
-                             "__builtins__", "__cached__", "__annotations__", "__path__"})
-# (unittest.TestCase.__init_subclass__ sets the last two on every subclass)
-_CLASS_DUNDERS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+                             "__builtins__", "__cached__", "__annotations__", "__path__", "__warningregistry__"})
+# (unittest.TestCase.__init_subclass__ sets the last two on every subclass; type() sets
+# `__hash__ = None` in a class that defines __eq__ without __hash__)
+_CLASS_DUNDERS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__hash__",
                             "__annotations__", "__firstlineno__", "__static_attributes__", "__orig_bases__",
                             "__parameters__", "__classcell__", "__type_params__", "_classSetupFailed",
                             "_class_cleanups"})
@@ -715,7 +717,10 @@ def _plan_names(tree: ast.Module, text: str, filename: str) -> tuple[frozenset |
         body = _Bound()
         for stmt in node.body:
             body.visit(stmt)
-        classes[(filename, node.name)] = (frozenset(body.names | declared | _CLASS_DUNDERS)
+        # A class body's private names are stored mangled (`__x` in class C binds `_C__x`).
+        mangled = {f"_{node.name.lstrip('_')}{n}" for n in body.names
+                   if n.startswith("__") and not n.endswith("__") and node.name.strip("_")}
+        classes[(filename, node.name)] = (frozenset(body.names | mangled | declared | _CLASS_DUNDERS)
                                           if plain and not dynamic and not body.star else None)
     return module, classes
 
