@@ -83,6 +83,21 @@ def test_dynamic_modules_and_classes_get_no_plan():
     assert plan.planned_classes[(H + "test_cls.py", "U")] is None
 
 
+def test_class_plans_hold_what_type_and_mangling_bind():
+    """What Python binds in a class dict without a statement naming it: `__hash__ = None`
+    beside an `__eq__`, private names mangled (toolz's upstream suite has both: before
+    they were planned its unmodified source failed tamper_integrity)."""
+    src = {"test_eq.py": "class TestKey:\n    def __eq__(self, other):\n        return True\n\n"
+                         "    def __helper(self):\n        return 1\n\n    def test_a(self):\n"
+                         "        assert self._TestKey__helper() == 1\n\n\n"
+                         "class _Hidden:\n    __slot = 2\n"}
+    plan = runner.compile_suite(src, "PH")
+    assert {"__eq__", "__hash__", "__helper", "_TestKey__helper", "test_a"} <= plan.planned_classes[(H + "test_eq.py", "TestKey")]
+    assert "_Hidden__slot" in plan.planned_classes[(H + "test_eq.py", "_Hidden")]
+    assert vars(type("TestKey", (), {"__eq__": lambda s, o: True}))["__hash__"] is None  # what type() adds
+    assert "__warningregistry__" in plan.planned[H + "test_eq.py"]
+
+
 def test_checkpoints_follow_imports_that_may_run_the_code_under_test():
     src = "import os\nimport pytest\nfrom mathpkg import clamp\nfrom . import helpers\ntry:\n    import numpy\nexcept ImportError:\n    pass\n"
     tree = __import__("ast").parse(src)
@@ -121,6 +136,22 @@ class TestDerived(_Base):
         assert mathpkg.spread([self.value, 0]) == 3
 '''
 
+# A planned module (no dynamic names) whose class dict holds what type() and name mangling
+# bind without a statement naming it.
+KEYED = '''import mathpkg
+
+
+class TestKeyed:
+    def __eq__(self, other):  # type() adds __hash__ = None beside it
+        return isinstance(other, TestKeyed)
+
+    def __spread(self, xs):  # stored mangled: _TestKeyed__spread
+        return mathpkg.spread(xs)
+
+    def test_private_helper(self):
+        assert self.__spread([4, 1]) == 3
+'''
+
 LIMITS = Limits(wall_seconds=60.0, cpu_seconds=5, memory_bytes=768 << 20, max_processes=32,
                 max_file_bytes=8 << 20, output_bytes=16 << 10)
 
@@ -133,7 +164,7 @@ def enclave(sandbox_backend):
 
 @pytest.mark.parametrize("shape", ["pytest", "lean"])
 def test_honest_dynamic_suite_still_verifies(enclave, shape):
-    hidden = {"test_util.py": DYNAMIC_UTIL,
+    hidden = {"test_util.py": DYNAMIC_UTIL, "test_keyed.py": KEYED,
               "test_core.py": HIDDEN_CORE_LEAN if shape == "lean" else make_task().hidden_tests["test_core.py"]}
     if shape == "pytest":
         hidden["conftest.py"] = make_task().hidden_tests["conftest.py"]
@@ -141,4 +172,5 @@ def test_honest_dynamic_suite_still_verifies(enclave, shape):
     run = enclave.run_suite(task, patch_to(with_core(FIXED_CORE)), seed=3)
     assert {t: run.outcomes.get(t) for t in ALL_HIDDEN} == {t: "passed" for t in ALL_HIDDEN}, run.outcomes
     assert run.outcomes.get("test_util.py::TestDerived::test_value") == "passed"
+    assert run.outcomes.get("test_keyed.py::TestKeyed::test_private_helper") == "passed"
     assert run.safety_flags == []
