@@ -245,3 +245,45 @@ def test_init_policy_imports_the_model_with_its_chat_card(qwen_dir, tmp_path):
         init_policy(PolicyParams(kind="path", path=str(qwen_dir),
                                  tool_call_format="llama3_json"), tmp_path / "other")
     assert not (tmp_path / "other").exists()  # nothing copied before the check
+
+
+# ---- a second family: Llama 3.1's template and JSON calls ------------------------------------
+LLAMA_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                "<|eom_id|>", "<|python_tag|>")
+
+
+@pytest.fixture(scope="module")
+def llama_dir(qwen_dir, tmp_path_factory):
+    """The tiny model under Llama 3.1's chat template (as TRL ships it) with Llama's special
+    tokens added to the Qwen vocabulary: a real Llama-format template and call form."""
+    from importlib.resources import files
+
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    d = shutil.copytree(qwen_dir, tmp_path_factory.mktemp("llama") / "m")
+    tok = AutoTokenizer.from_pretrained(d)
+    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in LLAMA_TOKENS],
+                   special_tokens=True)
+    tok.bos_token = "<|begin_of_text|>"
+    tok.chat_template = (files("trl") / "chat_templates" / "llama3_1.jinja").read_text()
+    tok.save_pretrained(d)
+    return d
+
+
+def test_a_llama_template_is_spoken_as_it_writes_contents(llama_dir):
+    """Llama 3.1's template trims messages and writes a tool message's content as a JSON
+    string: the codec finds both and applies them, so a full re-render changes only what an
+    observation's special-token spellings would have forged."""
+    codec = load_codec(llama_dir)
+    assert codec.format.name == "llama3_json"
+    assert codec.transforms["tool"](' a"\n') == ' a\\"\\n'  # a JSON string's inside
+    assert codec.transforms["user"](" Fix it.\n") == "Fix it."   # trimmed
+    report = check_policy(llama_dir)
+    assert report.ok and report.tool_call_format == "llama3_json"
+    assert report.rerender_diffs and all("same text, other ids" in d
+                                         for d in report.rerender_diffs)
+    eot = load_tokenizer(llama_dir).convert_tokens_to_ids("<|eot_id|>")
+    assert codec.end_of_turn == eot and codec.stop_ids[0] == eot
+    text = get_format("llama3_json").write("view", {"path": "a.py"})
+    assert parse_action(codec.decode(codec.encode_action(text)), "llama3_json").valid

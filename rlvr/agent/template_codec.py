@@ -17,6 +17,11 @@ So what the policy saw is what is trained, even where the template is not prefix
 generation prompt): `rlvr policy check` reports every position where a full re-render of a
 finished episode would differ, instead of hiding it.
 
+Contents as the template writes them. Some templates transform a message's content: Llama
+3.1's trims every message and writes a tool message's content as a JSON string. The codec
+finds each role's transform once, by rendering a probe content, and applies it (one of:
+as is, trimmed, JSON-escaped, both); a template that does something else is refused.
+
 Tokenizing a rendered segment. A template's text holds added tokens (`<|im_start|>`,
 `<tool_response>`, ...) and message contents. Added tokens are matched only in the
 template's own text; a content (an observation: policy code can print `<|im_end|>`) is plain
@@ -38,7 +43,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rlvr.errors import ConfigError
 from rlvr.toolcalls.base import ToolCallFormat
@@ -46,6 +51,15 @@ from rlvr.toolcalls.base import ToolCallFormat
 # Placeholders for message contents while rendering: private-use code points no template
 # writes and no tokenizer normalizes away.
 _SYSTEM, _USER, _ACTION, _OBSERVATION = (f"\ue000{k}\ue001" for k in ("S", "U", "A", "O"))
+# A content that tells the transforms below apart (ends in spaces, holds a quote, a newline,
+# a tab and a backslash).
+_PROBE = ' probe "q" \\ a\n\tb  '
+CONTENT_TRANSFORMS: dict[str, Callable[[str], str]] = {
+    "as_is": lambda c: c,
+    "trim": str.strip,
+    "json": lambda c: json.dumps(c, ensure_ascii=False)[1:-1],
+    "trim+json": lambda c: json.dumps(c.strip(), ensure_ascii=False)[1:-1],
+}
 
 
 class ChatTemplateError(ConfigError):
@@ -128,6 +142,8 @@ class TemplateCodec:
         self.stop_ids = tuple(dict.fromkeys(int(i) for i in stops))
         self._action_markers = [m for m in fmt.markers if m in self.added]
         self._observation = self._observation_template()
+        self.transforms = {role: self._content_transform(role)
+                           for role in ("system", "user", "tool")}
 
     # ---- rendering ---------------------------------------------------------------------
     def render(self, messages: Sequence[Mapping[str, Any]], *,
@@ -169,6 +185,28 @@ class TemplateCodec:
             raise ChatTemplateError(f"chat template {self.template_hash} cannot render tools "
                                     "(it never reads `tools`)")
         return before, after
+
+    def _conversation(self, role: str, content: str) -> list[dict[str, str]]:
+        contents = {"system": _SYSTEM, "user": _USER, "tool": _OBSERVATION, role: content}
+        return [{"role": "system", "content": contents["system"]},
+                {"role": "user", "content": contents["user"]},
+                {"role": "assistant", "content": _ACTION},
+                {"role": "tool", "content": contents["tool"]}]
+
+    def _content_transform(self, role: str) -> Callable[[str], str]:
+        """What the template does to a `role` message's content, found with a probe: the
+        rendering with the probe must equal the rendering with the placeholder, the
+        placeholder replaced by one transform of the probe."""
+        placeholder = {"system": _SYSTEM, "user": _USER, "tool": _OBSERVATION}[role]
+        text = self.render(self._conversation(role, placeholder), add_generation_prompt=True)
+        probed = self.render(self._conversation(role, _PROBE), add_generation_prompt=True)
+        head, _, tail = text.partition(placeholder)
+        for name, transform in CONTENT_TRANSFORMS.items():
+            if probed == head + transform(_PROBE) + tail:
+                return transform
+        raise ChatTemplateError(f"chat template {self.template_hash} changes a {role} "
+                                "message's content in a way the harness cannot reproduce "
+                                f"(known: {', '.join(CONTENT_TRANSFORMS)})")
 
     # ---- encoding ----------------------------------------------------------------------
     def encode_rendered(self, text: str, contents: Mapping[str, str]) -> list[int]:
@@ -233,7 +271,8 @@ class TemplateCodec:
         """The template's [system, user] + generation prompt (tools declared in it)."""
         text = self.render([{"role": "system", "content": _SYSTEM},
                             {"role": "user", "content": _USER}], add_generation_prompt=True)
-        return self.encode_rendered(text, {_SYSTEM: system, _USER: user})
+        return self.encode_rendered(text, {_SYSTEM: self.transforms["system"](system),
+                                           _USER: self.transforms["user"](user)})
 
     def observation_segment(self, observation: str, *, close_turn: bool) -> list[int]:
         """After an assistant turn: (its end-of-turn token when the policy did not sample
@@ -241,7 +280,7 @@ class TemplateCodec:
         before, after = self._observation
         head = [self.end_of_turn] if close_turn else []
         return head + self.encode_rendered(before + _OBSERVATION + after,
-                                           {_OBSERVATION: observation})
+                                           {_OBSERVATION: self.transforms["tool"](observation)})
 
     def describe(self) -> str:
         """What rendered a transcript, as the environment version records it."""
