@@ -161,11 +161,14 @@ def test_policy_check_refuses_with_a_named_line(qwen_dir, tmp_path, capsys, edit
     assert re.search(message, capsys.readouterr().err)
 
 
-def test_a_vocabulary_without_the_formats_markers_is_refused(tmp_path, capsys):
-    """The CPU default's tokenizer has no Llama 3 tokens: asking it for that format fails."""
-    d = shutil.copytree(tiny_policy_dir(), tmp_path / "m")
+def test_a_vocabulary_without_the_formats_tokens_is_refused(qwen_dir, tmp_path, capsys):
+    """Llama 3.1's template over the Qwen vocabulary, which has no `<|eot_id|>`."""
+    from importlib.resources import files
+
+    llama = (files("trl") / "chat_templates" / "llama3_1.jinja").read_text()
+    d = edited_copy(qwen_dir, tmp_path / "m", chat_template=llama)
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["policy", "check", str(d), "--format", "llama3_json"])
+        cli.main(["policy", "check", str(d)])
     assert exit_.value.code == 2
     assert "lacks the llama3_json format's end-of-turn token '<|eot_id|>'" in \
         capsys.readouterr().err

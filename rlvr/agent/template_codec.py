@@ -117,6 +117,9 @@ class TemplateCodec:
             raise ChatTemplateError(f"{name or 'tokenizer'}: has no chat template")
         self.template = template
         self.template_hash = template_hash(template)
+        if "tools" not in template:
+            raise ChatTemplateError(f"chat template {self.template_hash} cannot render tools "
+                                    "(it never reads `tools`)")
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if not isinstance(backend, Tokenizer):
             raise ChatTemplateError(f"{name or 'tokenizer'}: needs a fast (tokenizers-backed) "
@@ -181,9 +184,6 @@ class TemplateCodec:
             raise ChatTemplateError(f"chat template {self.template_hash} does not write a tool "
                                     "message's content verbatim once")
         before, after = tail.split(_OBSERVATION)
-        if "tools" not in self.template:
-            raise ChatTemplateError(f"chat template {self.template_hash} cannot render tools "
-                                    "(it never reads `tools`)")
         return before, after
 
     def _conversation(self, role: str, content: str) -> list[dict[str, str]]:
