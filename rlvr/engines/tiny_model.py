@@ -8,7 +8,7 @@ ships Qwen's `tokenizer.json`, `vocab.json`, `merges.txt` and a `tokenizer_confi
 Qwen3's chat template, so the directory is built offline from installed files: nothing is
 downloaded at run time.
 
-    python -m rlvr.engines.tiny_model OUT_DIR [--layers 2] [--hidden 64] [--seed 0]
+    python -m rlvr.engines.tiny_model OUT_DIR [--layers 2] [--hidden 128] [--seed 0]
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def qwen_tokenizer_files() -> Path:
     return d
 
 
-def build_tiny_qwen(out_dir: Path | str, *, layers: int = 2, hidden: int = 64,
-                    heads: int = 4, kv_heads: int = 2, intermediate: int = 128,
+def build_tiny_qwen(out_dir: Path | str, *, layers: int = 2, hidden: int = 128,
+                    heads: int = 4, kv_heads: int = 2, intermediate: int = 256,
                     max_positions: int = 8192, seed: int = 0) -> Path:
     """Write the directory (atomically) and return it: config, random fp32 weights (seeded),
     generation_config (stops on `<|im_end|>` and `<|endoftext|>`), the tokenizer files."""
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     out = build_tiny_qwen(args.out_dir, layers=args.layers, hidden=args.hidden, seed=args.seed)
