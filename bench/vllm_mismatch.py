@@ -72,14 +72,15 @@ def sharpened_copy(src: Path, dst: Path, factor: float) -> Path:
 
 
 def task_prompts(codec, n: int) -> tuple[list, list[list[int]]]:
-    from rlvr.agent.prompt import SYSTEM_PROMPT, user_message
+    from rlvr.agent.prompt import system_prompt, user_message
     from rlvr.authoring.authored import load_task_dir
 
     dirs = sorted(p for p in (ROOT / "data" / "tasks").iterdir() if (p / "task.yaml").exists())
     tasks = [load_task_dir(d) for d in dirs]
     if not tasks:
         raise SystemExit("bench: no tasks under data/tasks")
-    prompts = [codec.initial_prompt(SYSTEM_PROMPT, user_message(tasks[i % len(tasks)]))
+    system = system_prompt(bool(codec.describe()))
+    prompts = [codec.initial_prompt(system, user_message(tasks[i % len(tasks)]))
                for i in range(n)]
     return tasks, prompts
 
@@ -136,17 +137,17 @@ def compare(vllm, torch_engine, prompts, G, max_new, seed, label, decodings=DECO
 
 
 def vllm_stop_ids(torch_engine) -> list[int]:
-    from rlvr.agent.transcript import ChatCodec
+    from rlvr.agent.codecs import load_codec
 
-    return list(ChatCodec.from_model_dir(torch_engine.model_dir).stop_ids)
+    return list(load_codec(torch_engine.model_dir).stop_ids)
 
 
 def rollout(vllm, torch_engine, policy_dir: Path, tasks, n_tasks: int, G: int, seed: int) -> dict:
     """A short multi-turn rollout through the agent harness with the vLLM engine."""
     from rlvr.agent.collector import Collector
     from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig
+    from rlvr.agent.codecs import load_codec
     from rlvr.agent.passport import passport_row, rebuild_check
-    from rlvr.agent.transcript import ChatCodec
     from rlvr.engines.base import SamplingParams
     from rlvr.errors import SandboxUnavailable
     from rlvr.sandbox import get_sandbox
@@ -155,7 +156,7 @@ def rollout(vllm, torch_engine, policy_dir: Path, tasks, n_tasks: int, G: int, s
         sandbox = get_sandbox("bwrap")
     except SandboxUnavailable as exc:
         return {"skipped": f"bwrap sandbox unavailable: {exc}"}
-    codec = ChatCodec.from_model_dir(policy_dir)
+    codec = load_codec(policy_dir)
     decoding = Decoding(temperature=1.0, top_p=0.95, top_k=0)
     cfg = EpisodeConfig(codec=codec, decoding=decoding, sandbox=sandbox, run_seed=seed,
                         budgets=Budgets(max_turns=4, max_new_tokens_per_turn=256,
@@ -185,6 +186,9 @@ def rollout(vllm, torch_engine, policy_dir: Path, tasks, n_tasks: int, G: int, s
         "trainable_tokens": sum(r["n_trainable_tokens"] for r in rows),
         "stop_reasons": sorted({r["stop_reason"] for r in rows}),
         "policy_versions": sorted({t["policy_version"] for r in rows for t in r["turns"]}),
+        "tool_call_format": codec.format.name, "env_version": sorted({r["env_version"]
+                                                                      for r in rows}),
+        "valid_actions": sum(t["action_valid"] for r in rows for t in r["turns"]),
         "rebuild_problems": problems, "wall_seconds": round(wall, 2),
         **{f"logp_{k}": v for k, v in m.items()},
     }
@@ -206,11 +210,16 @@ def main() -> int:
     ap.add_argument("--rollout-group-size", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--venv", default=str(ROOT / ".venv-vllm"))
+    ap.add_argument("--qwen", action="store_true",
+                    help="the tiny Qwen3 under the real Qwen tokenizer and template (hermes "
+                         "calls, 151k vocabulary; rlvr.engines.tiny_model) as the policy, "
+                         "its own rollout included")
     args = ap.parse_args()
 
     import torch
 
-    from rlvr.agent.transcript import ChatCodec
+    from rlvr.agent.codecs import load_codec
+    from rlvr.engines.tiny_model import build_tiny_qwen
     from rlvr.engines.torch_engine import TorchEngine
     from rlvr.engines.vllm_engine import VllmEngine, VllmEngineParams
     from rlvr.engines.vllm_server import VllmServerParams
@@ -221,13 +230,14 @@ def main() -> int:
     summary: dict = {"bench": "vllm_mismatch", "torch_threads": torch.get_num_threads()}
     try:
         t0 = time.perf_counter()
-        policy = args.policy or build_policy(work / "policy", args.seed)
+        policy = args.policy or (build_tiny_qwen(work / "tiny-qwen3", seed=args.seed)
+                                 if args.qwen else build_policy(work / "policy", args.seed))
         summary["policy_build_seconds"] = round(time.perf_counter() - t0, 2)
         sharp = sharpened_copy(policy, work / "policy_sharp", args.sharpen)
         build = json.loads((policy / "config.json").read_text())
         summary["policy"] = {k: build.get(k) for k in ("model_type", "hidden_size", "num_hidden_layers",
                                                        "num_attention_heads", "vocab_size")}
-        codec = ChatCodec.from_model_dir(policy)
+        codec = load_codec(policy)
         tasks, prompts = task_prompts(codec, args.groups)
         summary["prompt_tokens"] = [len(p) for p in prompts]
 
@@ -249,7 +259,8 @@ def main() -> int:
                             args.group_size, args.max_new_tokens, args.seed, f"sharpened_x{args.sharpen:g}",
                             DECODINGS[:2])
             if args.rollout_tasks > 0:
-                small = build_policy(work / "policy_small", args.seed, small=True)
+                small = policy if args.qwen else build_policy(work / "policy_small", args.seed,
+                                                              small=True)
                 vllm.sync_weights(small, "v2-small", 2)
                 summary["rollout_policy_update_seconds"] = round(vllm.last_sync_seconds, 1)
                 summary["rollout"] = rollout(vllm, TorchEngine(small), small, tasks,

@@ -60,9 +60,9 @@ from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as current_flow_run  # noqa: E402
 
-from rlvr.errors import exit_on_error  # noqa: E402
+from rlvr.errors import ConfigError, exit_on_error  # noqa: E402
 from rlvr.orchestrate.dag import (DagStage, load_dag, project_root, select_stages,  # noqa: E402
-                                  stage_changes)
+                                  stage_changes, stages_needing)
 from rlvr.orchestrate.params import apply_param_overrides  # noqa: E402
 from rlvr.orchestrate.stage_process import (PIPELINE_ENV, InfrastructureFailure,  # noqa: E402
                                             StageFailed, dvc_command, run_streamed, stage_env)
@@ -149,6 +149,9 @@ def rlvr_pipeline(targets: list[str] | None = None, set_params: list[str] | None
       "params.yaml:sft.lr=1e-4"). They are written into the params files (DVC's code for
       -S), the stages run, then the workspace is saved as a DVC experiment (`dvc exp save`,
       named `experiment` if given): together what `dvc exp run -S` does, one task per stage.
+      Every stage that reads an overridden param, or is downstream of one, must be in the
+      run (a ConfigError names the missing ones before anything is written): an experiment
+      never shows metrics from before its params.
     root: the DVC repository (default: this checkout).
     with_upstream: also run every stage the targets depend on (`dvc repro TARGET`).
     Returns the stages run, in order.
@@ -159,6 +162,13 @@ def rlvr_pipeline(targets: list[str] | None = None, set_params: list[str] | None
     order = select_stages(dag, targets, with_upstream)
     key = os.environ.get(PIPELINE_ENV) or f"prefect:{current_flow_run.id}"
     if set_params:
+        missing = [n for n in stages_needing(dag, set_params) if n not in order]
+        if missing:
+            raise ConfigError(
+                f"set_params {list(set_params)}: stage(s) {', '.join(missing)} read them or "
+                "depend on one that does, and are not in this run: the saved experiment would "
+                "show their metrics from before the overrides. Run them too (or drop "
+                "`targets` to run the whole DAG).")
         applied = apply_param_overrides(root_path, set_params)
         logger.info("param overrides applied: %s", applied)
     logger.info("stages: %s", " -> ".join(order))

@@ -13,10 +13,13 @@
               [--champion NAME] [--training-metrics FILE] [--register]
     rlvr gate rollback [--reason TEXT]
     rlvr metrics [PATTERN ...] [--rev REV] [--changed]
+    rlvr policy check DIR [--format auto|rlvr|hermes|llama3_json] [--thinking] [--json]
 
 Bad input exits 2 with one line naming the file / field / id (a directory given where a
 FILE is expected is named as such). `rlvr tasks check` (an author's tool: it shows hidden
 test outcomes and error lines) exits 0 when curation accepts the task, 1 when it rejects it.
+`rlvr policy check` exits 0 when the model directory can be trained as it is, 2 naming the
+missing piece (template, format, special token) otherwise.
 Output piped into a reader that stops early (`rlvr tasks list --tasks FILE | head`) ends the
 command quietly, exit status 141.
 
@@ -312,7 +315,28 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--changed", action="store_true", help="with --rev: only what differs")
     m.add_argument("--root", type=Path, default=Path("."), help="the DVC project")
     m.set_defaults(func=cmd_metrics)
+
+    pol = sub.add_parser("policy", help="inspect a policy (HF model) directory")
+    psub = pol.add_subparsers(dest="policy_cmd", required=True)
+    pc = psub.add_parser("check", help="can this model be trained as it is: its template, "
+                        "tool-call format, special tokens, a scripted episode through them")
+    pc.add_argument("dir", type=Path)
+    pc.add_argument("--format", default="auto", help="tool-call format (default: its chat card, "
+                   "else what its template declares)")
+    pc.add_argument("--thinking", action="store_true", help="render with thinking on")
+    pc.add_argument("--json", action="store_true", help="the report as JSON")
+    pc.set_defaults(func=cmd_policy_check)
     return p
+
+
+def cmd_policy_check(args) -> int:
+    from rlvr.agent.policy_check import check_policy  # lazy: transformers, ~2 s
+
+    report = check_policy(args.dir, args.format, True if args.thinking else None)
+    print(json.dumps(dataclasses.asdict(report), indent=1) if args.json else report.to_text())
+    if not report.ok:
+        raise RlvrError(f"policy check: {args.dir}: {report.problems[0]}")
+    return 0
 
 
 def cmd_metrics(args) -> None:

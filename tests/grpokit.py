@@ -8,7 +8,6 @@ import functools
 from rlvr.agent.episode import Budgets
 from rlvr.agent.rollout import RolloutParams
 from rlvr.agent.tools import format_tool_call
-from rlvr.agent.transcript import ChatCodec
 from rlvr.engines.base import Sample, SamplingParams
 from rlvr.sandbox.params import SandboxParams
 from rlvr.train.grpo_config import GRPOParams, parse_grpo_params
@@ -16,9 +15,13 @@ from rlvr.train.grpo_config import GRPOParams, parse_grpo_params
 from agentkit import WrappedEngine
 
 SANDBOX = SandboxParams(backend="bwrap", workers=1)
-FIX = format_tool_call("edit", {"path": "mini/core.py", "old": "if v <= limit:",
-                                "new": "if v < limit:"}, "Flip the comparison.")
-SUBMIT = format_tool_call("submit", {}, "Done.")
+# The correct edit of agentkit's count task and the submit after it, as (tool, args,
+# reasoning): written in each policy's own tool-call format (`codec.format`).
+FIX_CALL = ("edit", {"path": "mini/core.py", "old": "if v <= limit:", "new": "if v < limit:"},
+            "Flip the comparison.")
+SUBMIT_CALL = ("submit", {}, "Done.")
+FIX = format_tool_call(*FIX_CALL)        # in the rlvr format (the CPU default's)
+SUBMIT = format_tool_call(*SUBMIT_CALL)
 # The update tests' scoring distribution (a temperature, so processed != raw logprobs).
 SCORING = SamplingParams(temperature=0.8)
 # Room for the forced edit, then a submit, in one episode.
@@ -54,15 +57,26 @@ class ForcedFix(WrappedEngine):
     then sample order) get the correct edit, and an episode that made it then submits.
     Forced tokens carry the engine's own logprobs (`score`), so the trainer sees genuine
     behaviour logprobs. `kill_at_start`: raise when that many groups were started (a
-    killed run); `starts` counts the turn-0 calls (one per group) this wrapper served."""
+    killed run); `starts` counts the turn-0 calls (one per group) this wrapper served.
 
-    def __init__(self, inner, codec: ChatCodec, kill_at_start: int | None = None):
+    Any codec (`ChatCodec`, `TemplateCodec`): the actions are written in `codec.format` and
+    end with `codec.end_of_turn`; a prompt is a first turn's while it holds at most two
+    end-of-turn tokens (the system and the user message each end with one, in the rlvr
+    ChatML and in a model template's alike; every later turn adds the assistant's and the
+    observation's)."""
+
+    def __init__(self, inner, codec, kill_at_start: int | None = None):
         super().__init__(inner)
         self.codec, self.kill_at_start = codec, kill_at_start
         self.calls = self.starts = 0
-        self.fix, self.submit = (codec.encode_action(FIX) + [codec.im_end],
-                                 codec.encode_action(SUBMIT) + [codec.im_end])
+        eot = codec.end_of_turn
+        self.fix, self.submit = (codec.encode_action(codec.format.write(*FIX_CALL)) + [eot],
+                                 codec.encode_action(codec.format.write(*SUBMIT_CALL)) + [eot])
         self.name = "forced-fix"
+
+    def _first_turn(self, prompt) -> bool:
+        eot = self.codec.end_of_turn
+        return sum(1 for t in prompt if t == eot) <= 2
 
     def _has_fix(self, prompt) -> bool:
         n, f = len(prompt), self.fix[:-1]
@@ -70,13 +84,13 @@ class ForcedFix(WrappedEngine):
 
     def generate(self, prompts, params: SamplingParams, *, seed, sample_seeds=None):
         self.calls += 1
-        if all(sum(1 for t in p if t == self.codec.im_start) <= 3 for p in prompts):
+        if all(self._first_turn(p) for p in prompts):
             if self.kill_at_start is not None and self.starts == self.kill_at_start:
                 raise KeyboardInterrupt("killed")
             self.starts += 1
         forced = {}
         for i, p in enumerate(prompts):
-            first = sum(1 for t in p if t == self.codec.im_start) <= 3
+            first = self._first_turn(p)
             if first and i % 2 == 0:
                 forced[i] = self.fix
             elif not first and self._has_fix(p):

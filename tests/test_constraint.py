@@ -83,7 +83,7 @@ def test_marker_text_inside_an_argument_parses():
 def test_unknown_grammar_is_a_named_error():
     with pytest.raises(ConfigError, match="decoding.grammar: unknown grammar 'json'") as info:
         Decoding(grammar="json")
-    assert "tool_call, tool_call_fixes" in str(info.value)  # the agent registered its own
+    assert "tool_call, tool_call.hermes" in str(info.value) and "tool_call_fixes" in str(info.value)  # the agent registered its own
 
 
 def test_the_agent_registers_its_grammars_and_a_taken_name_is_refused():

@@ -183,8 +183,12 @@ def test_killed_stage_is_retried(harness, project, monkeypatch, shell):
 def test_param_overrides_run_as_a_dvc_experiment(harness, project, monkeypatch):
     monkeypatch.setenv("RLVR_TRACKING", "off")
     _git(project, "add", "-A")
-    assert fp.rlvr_pipeline(targets=["a"], set_params=["a.n=5"], root=str(project),
-                            experiment="five") == ["a"]
+    # b reads a's output: a run of `a` alone would save b's metrics from before a.n=5
+    with pytest.raises(ConfigError, match=r"stage\(s\) b read them or depend on one"):
+        fp.rlvr_pipeline(targets=["a"], set_params=["a.n=5"], root=str(project))
+    assert yaml.safe_load((project / "params.yaml").read_text()) == {"a": {"n": 2}}
+    assert fp.rlvr_pipeline(targets=["a", "b"], set_params=["a.n=5"], root=str(project),
+                            experiment="five") == ["a", "b"]
     assert yaml.safe_load((project / "params.yaml").read_text()) == {"a": {"n": 5}}
     assert (project / "a.txt").read_text() == "x" * 5
     shown = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json"], cwd=project,
@@ -195,6 +199,21 @@ def test_param_overrides_run_as_a_dvc_experiment(harness, project, monkeypatch):
 
 
 # ---------------------------------------------------------------- no Prefect server needed
+def test_an_experiment_must_run_every_stage_its_overrides_reach():
+    from rlvr.orchestrate.dag import DagStage, stages_needing
+
+    dag = {"curate": DagStage("curate", (), (), ("params.yaml:curate", "params.yaml:split")),
+           "rollout": DagStage("rollout", ("curate",), (), ("params.yaml:rollout",)),
+           "sft": DagStage("sft", ("rollout",), (), ("params.yaml:sft",)),
+           "evaluate": DagStage("evaluate", ("sft",), (), ("params.yaml:evaluate.seed",)),
+           "other": DagStage("other", (), (), ("other.yaml:rollout",))}
+    assert stages_needing(dag, ["rollout.seed=1"]) == ["rollout", "sft", "evaluate"]
+    assert stages_needing(dag, ["evaluate=x"]) == ["evaluate"]      # a section holds the key
+    assert stages_needing(dag, ["other.yaml:rollout.seed=1"]) == ["other"]
+    assert stages_needing(dag, ["+split.new=1"]) == ["curate", "rollout", "sft", "evaluate"]
+    assert stages_needing(dag, ["gate.tolerance=0.1"]) == []
+
+
 def test_signal_deaths_are_read_from_either_status_form():
     assert killed_by_signal(-9) == 9           # the shell exec'd the stage
     assert killed_by_signal(137) == 9          # a shell reported its child's SIGKILL

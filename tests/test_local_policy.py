@@ -249,7 +249,10 @@ def test_stage_imports_an_existing_directory(tiny, tmp_path, monkeypatch):
     src = tmp_path / "ckpt"
     shutil.copytree(tiny[0], src)
     out, metrics = _run_stage(tmp_path, f"policy:\n  kind: path\n  path: {src}\n", monkeypatch)
-    assert dir_digest(out) == dir_digest(src)
+    imported = dir_digest(out)
+    card = json.loads((out / "rlvr_chat.json").read_text())  # how it is spoken to, recorded
+    assert card["tool_call_format"] == "rlvr" and metrics["tool_call_format"] == "rlvr"
+    assert {k: v for k, v in imported.items() if k != "rlvr_chat.json"} == dir_digest(src)
     assert metrics["policy_version"] == weights_fingerprint(src)
     assert metrics["param_count"] == tiny[1].param_count
 

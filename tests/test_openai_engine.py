@@ -223,3 +223,52 @@ def test_from_options_validates_like_params(endpoint):
     assert eng.chat(MESSAGES, seed=0, max_tokens=4) == "x"
     with pytest.raises(ConfigError, match="rollout.engine_options.max_retry: unknown key"):
         OpenAIEngine.from_options({"model": "m", "max_retry": 3})
+
+
+def tool_answer(content, *calls):
+    message = {"role": "assistant", "content": content,
+               "tool_calls": [{"id": f"c{i}", "type": "function",
+                               "function": {"name": name, "arguments": arguments}}
+                              for i, (name, arguments) in enumerate(calls)]}
+    return 200, {}, {"choices": [{"index": 0, "finish_reason": "tool_calls",
+                                  "message": message}]}
+
+
+def test_with_the_policys_format_the_teacher_gets_tools_and_its_calls_are_rewritten(endpoint):
+    """Given a tool-call format, the request carries `tools` and the history in the API's
+    tool-call form; the answer's `tool_calls` come back as the policy would write them."""
+    from rlvr.agent.tools import TOOL_NAMES, parse_action
+
+    ep = endpoint(tool_answer("Look first.", ("view", '{"path": "pkg/ä.py"}')),
+                  tool_answer(None, ("run_tests", "{}"), ("submit", "{}")),
+                  tool_answer(None, ("view", "{not json")))
+    eng = OpenAIEngine(OpenAITeacherParams(base_url=ep.url, model="m", api_key_env=""),
+                       tool_call_format="hermes")
+    text = eng.chat(MESSAGES, seed=1, max_tokens=50)
+    assert text == 'Look first.\n<tool_call>\n{"name": "view", "arguments": {"path": "pkg/ä.py"}}\n</tool_call>'
+    assert parse_action(text, "hermes").call.args == {"path": "pkg/ä.py"}
+    history = [*MESSAGES, {"role": "assistant", "content": text},
+               {"role": "tool", "content": "1\tdef f(): ..."},
+               {"role": "assistant", "content": "no call here"},
+               {"role": "tool", "content": "error: invalid tool call"}]
+    two = eng.chat(history, seed=2, max_tokens=50)
+    assert parse_action(two, "hermes").error_kind == "multiple_tool_calls"
+    assert parse_action(eng.chat(MESSAGES, seed=3, max_tokens=50), "hermes").error_kind \
+        == "bad_call"
+    body = ep.requests[1]["body"]
+    assert [t["function"]["name"] for t in body["tools"]] == list(TOOL_NAMES)
+    assert body["messages"][2] == {"role": "assistant", "content": "Look first.", "tool_calls": [
+        {"id": "call_2", "type": "function",
+         "function": {"name": "view", "arguments": '{"path": "pkg/ä.py"}'}}]}
+    assert body["messages"][3] == {"role": "tool", "tool_call_id": "call_2",
+                                   "content": "1\tdef f(): ..."}
+    assert body["messages"][4] == {"role": "assistant", "content": "no call here"}
+    assert body["messages"][5] == {"role": "user", "content": "error: invalid tool call"}
+
+
+def test_an_answer_with_neither_text_nor_calls_is_a_response_error(endpoint):
+    ep = endpoint(tool_answer(None))
+    eng = OpenAIEngine(OpenAITeacherParams(base_url=ep.url, model="m", api_key_env=""),
+                       tool_call_format="hermes")
+    with pytest.raises(TeacherResponseError, match="neither text nor tool calls"):
+        eng.chat(MESSAGES, seed=1, max_tokens=5)

@@ -8,6 +8,9 @@ rollout passport and the concurrent collector.
     executor.py    running a tool call: host-side file tools, `run_tests` in the sandbox
     prompt.py      the system prompt and the user message
     transcript.py  `ChatCodec` (segment tokenization) and `Transcript` (ids/mask/logprobs)
+    template_codec.py  `TemplateCodec`: segments rendered by a model's own chat template
+    codecs.py      which codec a policy directory speaks through (its chat card, template)
+    policy_check.py  `rlvr policy check`: can a model directory be trained as it is
     repetition.py  the n-gram repetition guard
     episode.py     one episode as a state machine
     drive.py       driving one episode with an engine or a teacher (`run_episode`)
@@ -22,4 +25,4 @@ package loads one: `grammar`, which registers the tool-call grammars with the en
 (`rlvr.engines.grammars`), so that whatever uses the agent can name them in
 `decoding.grammar` (the engines name nothing above them).
 """
-from rlvr.agent import grammar  # noqa: F401  (registers `tool_call`, `tool_call_fixes`)
+from rlvr.agent import grammar  # noqa: F401  (registers the tool-call grammars)

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.agent.executor import ToolExecutor, ToolResult, cap_text
-from rlvr.agent.prompt import SYSTEM_PROMPT, prompt_fingerprint, user_message
+from rlvr.agent.prompt import prompt_fingerprint, system_prompt, user_message
 from rlvr.agent.repetition import RepetitionGuard, RepetitionParams
 from rlvr.rl.reward import RewardParams
 from rlvr.agent.tools import ParsedAction, ToolCall, parse_action, tools_fingerprint
+from rlvr.agent.template_codec import TemplateCodec
 from rlvr.agent.transcript import PROMPT_TURN, ChatCodec, Transcript
 from rlvr.agent.workspace import Workspace
 from rlvr.engines.base import Decoding, SamplingParams
@@ -46,9 +47,12 @@ HARNESS_VERSION = "1"
 ENV_NAME = "rlvr-repo-repair"
 
 
-def env_version() -> str:
-    """Harness + tool schemas + system prompt: what the agent's world is made of."""
-    return f"{HARNESS_VERSION}+tools.{tools_fingerprint()}+prompt.{prompt_fingerprint()}"
+def env_version(codec: ChatCodec | TemplateCodec | None = None) -> str:
+    """Harness + tool schemas + system prompt (+ for a model's own chat template: the tool-call
+    format, the template's hash and the thinking mode): what the agent's world is made of."""
+    described = codec.describe() if codec is not None else ""
+    return (f"{HARNESS_VERSION}+tools.{tools_fingerprint()}+prompt."
+            f"{prompt_fingerprint(bool(described))}" + (f"+{described}" if described else ""))
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ class EpisodeSpec:
 class EpisodeConfig:
     """Everything an episode needs besides its spec and engine."""
 
-    codec: ChatCodec
+    codec: ChatCodec | TemplateCodec
     budgets: Budgets = Budgets()
     decoding: Decoding = Decoding()
     repetition: RepetitionParams = RepetitionParams()
@@ -183,10 +187,11 @@ class Episode:
                                      observation_cap=self.budgets.observation_cap,
                                      limits=self.cfg.limits, warm=self.cfg.warm_tests)
         user = user_message(task)
-        prompt = self.codec.initial_prompt(SYSTEM_PROMPT, user)
+        system = system_prompt(bool(self.codec.describe()))
+        prompt = self.codec.initial_prompt(system, user)
         self.transcript.append_context(prompt, PROMPT_TURN)
         self.prompt_tokens = len(prompt)
-        self.messages = [{"role": "system", "content": SYSTEM_PROMPT},
+        self.messages = [{"role": "system", "content": system},
                          {"role": "user", "content": user}]
         self.state = "generate"
         if len(self.transcript) >= self.budgets.max_context_tokens:
@@ -247,7 +252,7 @@ class Episode:
                     gen_seconds: float = 0.0) -> None:
         """A TextEngine's action text: tokenized as a segment (+ the end-of-turn token).
         A teacher is no trained policy: its turns record policy_step 0."""
-        ids = [*self.codec.encode_action(text), self.codec.im_end]
+        ids = [*self.codec.encode_action(text), self.codec.end_of_turn]
         ids = ids[:limit]
         turn = len(self.turns)
         self.transcript.append_teacher(ids, turn)
@@ -265,11 +270,13 @@ class Episode:
         if not ended:
             parsed = ParsedAction(None, "turn_too_long",
                                   f"the turn reached the {self.limit_detail(limit)}")
-        elif ids[-1] != self.codec.im_end:
+        elif ids[-1] not in self.codec.end_ids:
             parsed = ParsedAction(None, "no_end_of_turn",
-                                  "the turn must end with <|im_end|>, not <|endoftext|>")
+                                  f"the turn must end with "
+                                  f"{self.codec.decode([self.codec.end_of_turn])}, not "
+                                  f"{self.codec.decode(ids[-1:])}")
         else:
-            parsed = parse_action(text)
+            parsed = parse_action(text, self.codec.format.name)
         call = parsed.call
         record = TurnRecord(
             turn=turn, policy_version=policy_version, policy_step=policy_step,
@@ -300,9 +307,9 @@ class Episode:
             # (schema messages quote the offending value: the cap applies here too)
             message = f"error: invalid tool call ({parsed.error_kind}): {parsed.error}"
             shown, cut = cap_text(message, self.budgets.observation_cap)
-            # a turn ended by <|endoftext|> gets its <|im_end|> from the harness (mask 0)
+            # a turn ended by end-of-text gets its end-of-turn from the harness (mask 0)
             self._observe(shown, ToolResult(shown, "invalid", len(message), cut, 0.0),
-                          close_turn=ids[-1] != self.codec.im_end)
+                          close_turn=ids[-1] not in self.codec.end_ids)
             return
         if call.name == "submit":
             record.tool_status = "submitted"

@@ -21,6 +21,12 @@ package, so any use of the agent can name them:
   lines and their text are in the observation, `rlvr.agent.fixes.sites` is a function of
   that text, and the edits since (`last_suspects`) are in the transcript.
 
+* `tool_call.<format>` — `tool_call` in another tool-call format (`tool_call.hermes`,
+  `tool_call.llama3_json`): the format's own grammar (`rlvr.toolcalls`) over the same
+  schemas, for a policy that speaks through its chat template. `tool_call_fixes` reads
+  rlvr's transcript layout and has no other-format form. `check_grammar_format` refuses a
+  grammar of one format for a policy of another (its turns could never parse).
+
 Reasoning may hold any text but the special tokens' spellings (the parser reads text, so
 `<tool_call>` spelled with ordinary tokens would open a second call); the markers in the
 grammar are the special tokens themselves.
@@ -35,7 +41,8 @@ from rlvr.agent.observations import SuspiciousLine, suspicious_lines
 from rlvr.agent.tools import TOOL_SCHEMAS, parse_action
 from rlvr.chat_format import IM_END, IM_START
 from rlvr.engines.grammars import register_grammar
-from rlvr.toolcalls import DEFAULT_FORMAT, get_format
+from rlvr.errors import ConfigError
+from rlvr.toolcalls import DEFAULT_FORMAT, FORMATS, get_format
 
 # run_tests observations the executor treats as infrastructure failures: they clear the
 # suspects (an ordinary error observation leaves them as they were)
@@ -54,6 +61,30 @@ def tool_call_fixes(transcript: str | None = None) -> str:
 
 register_grammar("tool_call", tool_call, context_free=True)
 register_grammar("tool_call_fixes", tool_call_fixes, context_free=False)
+
+
+def _format_grammar(format: str):
+    def source(transcript: str | None = None) -> str:
+        """`tool_call` in tool-call format `format`."""
+        return turn_grammar(TOOL_SCHEMAS, format)
+    return source
+
+
+for _name in FORMATS:
+    if _name != DEFAULT_FORMAT:
+        register_grammar(f"tool_call.{_name}", _format_grammar(_name), context_free=True)
+
+
+def check_grammar_format(grammar: str, format: str, where: str = "decoding.grammar") -> None:
+    """A ConfigError naming `where` when `grammar` constrains turns to another tool-call
+    format than the policy's `format` ("" = unconstrained: any format)."""
+    if not grammar:
+        return
+    speaks = grammar.split(".", 1)[1] if "." in grammar else DEFAULT_FORMAT
+    if speaks != format:
+        fix = "tool_call" if format == DEFAULT_FORMAT else f"tool_call.{format}"
+        raise ConfigError(f"{where}: grammar {grammar!r} is the {speaks} tool-call format's; "
+                          f"this policy speaks {format} (use {fix!r}, or \"\" for none)")
 
 
 def turn_grammar(schemas: Mapping[str, Mapping[str, Any]], format: str = DEFAULT_FORMAT) -> str:

@@ -76,7 +76,7 @@ def passport_row(ep: Episode) -> dict[str, Any]:
         "family": spec.task.family,
         "split": spec.task.split,
         "env_id": f"{ENV_NAME}/{spec.task.task_id}",
-        "env_version": env_version(),
+        "env_version": env_version(cfg.codec),
         "reset_seed": spec.reset_seed,
         "initial_state_checksum": ep.initial_checksum,
         "engine": ep.engine_name,

@@ -31,10 +31,24 @@ Tools:
 Hidden tests will check the fix."""
 
 
+# A model with its own chat template is told about the tools by the template (JSON schemas,
+# its call syntax): the system prompt says only what the job is.
+TEMPLATE_SYSTEM_PROMPT = """\
+You fix a bug in a Python repository using the tools. Each turn: think briefly, then call \
+exactly one tool. Start by running the public tests; edit the source (never the tests); \
+submit when the public tests pass. Hidden tests will check the fix."""
+
+
+def system_prompt(templated: bool) -> str:
+    """The system prompt: rlvr's own (tools described in prose, its call syntax spelled out)
+    or, for a model whose template declares the tools, the job alone."""
+    return TEMPLATE_SYSTEM_PROMPT if templated else SYSTEM_PROMPT
+
+
 def user_message(task: Task) -> str:
     tests = ", ".join(task.public_tests)
     return f"{task.instruction.strip()}\n\nPublic tests: {tests}"
 
 
-def prompt_fingerprint() -> str:
-    return hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()[:12]
+def prompt_fingerprint(templated: bool = False) -> str:
+    return hashlib.sha256(system_prompt(templated).encode()).hexdigest()[:12]

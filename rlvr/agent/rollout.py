@@ -43,7 +43,8 @@ from rlvr.agent.episode import Budgets, EpisodeConfig, env_version
 from rlvr.agent.passport import (check_alignment, needs_verdict, parse_error_rate,
                                  passport_row, rebuild_check)
 from rlvr.agent.repetition import RepetitionParams
-from rlvr.agent.transcript import ChatCodec
+from rlvr.agent.codecs import load_codec
+from rlvr.agent.grammar import check_grammar_format
 from rlvr.artifacts import schemas
 from rlvr.artifacts.digest import file_sha256
 from rlvr.artifacts.io import read_table, write_table
@@ -128,14 +129,14 @@ def load_params(path: Path) -> tuple[RolloutParams, SandboxParams]:
 
 def fingerprint(params: RolloutParams, sandbox: SandboxParams, tasks: list[Task],
                 policy_version: str, codec_source: Path, sampling_round: int = 0, *,
-                policy_step: int = 0) -> str:
+                policy_step: int = 0, env: str = "") -> str:
     """What a checkpoint shard depends on: reuse shards only when all of it is unchanged.
     `policy_step` is in it beside `policy_version`: every passport records both, so shards
     of the same weights at another ordinal (a training loop restarted from a checkpoint
     that renumbered its steps) are not reused under the wrong step."""
     h = hashlib.sha256()
     h.update(json.dumps({"params": as_dict(params), "sandbox": as_dict(sandbox),
-                         "env": env_version(), "policy": policy_version,
+                         "env": env or env_version(), "policy": policy_version,
                          "policy_step": policy_step, "round": sampling_round},
                         sort_keys=True, default=str).encode())
     for task in tasks:
@@ -166,7 +167,7 @@ def read_shard(path: Path) -> list[dict]:
 
 def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxParams,
              parts_root: Path | None, *, engine=None,
-             open_engine: Callable[[RolloutParams], Any] | None = None, sandbox=None,
+             open_engine: Callable[[RolloutParams, str], Any] | None = None, sandbox=None,
              sampling_round: int = 0, on_group_written: Callable[[str], None] | None = None,
              stats: dict | None = None) -> list[dict]:
     """Run (or resume) the rollouts of `tasks`; return every passport row in a fixed order.
@@ -185,10 +186,11 @@ def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxPa
         raise ConfigError(f"sampling_round must be >= 0 (got {sampling_round})")
     if engine is None and open_engine is None:
         raise TypeError("roll_out needs a live `engine` or `open_engine` to build one")
-    codec = ChatCodec.from_model_dir(params.model_dir)
+    codec = load_codec(params.model_dir)
+    check_grammar_format(params.decoding.grammar, codec.format.name, "rollout.decoding.grammar")
     sandbox = sandbox if sandbox is not None else get_sandbox(sandbox_params.backend)
     owned = engine is None
-    engine = open_engine(params) if owned else engine
+    engine = open_engine(params, codec.format.name) if owned else engine
     try:
         if parts_root is None:
             with tempfile.TemporaryDirectory(prefix="rlvr-rollout-parts-") as tmp:
@@ -209,7 +211,8 @@ def _roll_out(tasks, params, sandbox_params, parts_root, engine, sandbox, codec,
                            warm_tests=params.tools.warm, run_seed=params.seed)
     step = engine.policy_step if isinstance(engine, TokenEngine) else 0  # teachers: 0
     parts = parts_root / fingerprint(params, sandbox_params, tasks, engine.policy_version,
-                                     Path(params.model_dir), sampling_round, policy_step=step)
+                                     Path(params.model_dir), sampling_round, policy_step=step,
+                                     env=env_version(codec))
     parts.mkdir(parents=True, exist_ok=True)
     gids = [group_id_for(t.task_id, params.seed, sampling_round) for t in tasks]
     done = {g for g in gids if part_path(parts, g).is_file()}

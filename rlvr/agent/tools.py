@@ -24,7 +24,7 @@ from rlvr.toolcalls import DEFAULT_FORMAT, get_format
 from rlvr.toolcalls.base import ACTION_ERRORS, ParsedAction, ToolCall
 
 __all__ = ["ACTION_ERRORS", "CALL_SCHEMA", "ParsedAction", "TOOL_NAMES", "TOOL_SCHEMAS", "ToolCall",
-           "format_tool_call", "parse_action", "tools_fingerprint", "validate_call"]
+           "format_tool_call", "openai_tools", "parse_action", "tools_fingerprint", "validate_call"]
 
 _PATH = {"type": "string", "minLength": 1, "maxLength": 512}
 
@@ -184,6 +184,15 @@ def parse_action(text: str, format: str = DEFAULT_FORMAT) -> ParsedAction:
     inside it; that is what lets `rlvr.agent.grammar` promise that every turn it admits
     parses."""
     return get_format(format).parse(text, TOOL_SCHEMAS, validate_call)
+
+
+def openai_tools() -> list[dict[str, Any]]:
+    """The tools as chat templates and OpenAI-compatible APIs declare them:
+    `{"type": "function", "function": {"name", "description", "parameters"}}` per tool."""
+    return [{"type": "function", "function": {
+        "name": name, "description": schema["description"],
+        "parameters": {k: v for k, v in schema.items() if k != "description"}}}
+        for name, schema in TOOL_SCHEMAS.items()]
 
 
 def tools_fingerprint() -> str:

@@ -34,6 +34,7 @@ from typing import Sequence
 
 from rlvr.chat_format import EOS, IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
 from rlvr.engines.model_dir import load_tokenizer
+from rlvr.toolcalls.rlvr_format import RLVR
 
 PROMPT_TURN = -1
 
@@ -77,6 +78,24 @@ class ChatCodec:
         self.tool_call_end = ids[TOOL_CALL_END]
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._cache: dict[str, list[int]] = {}
+
+    # the face every codec shares with `TemplateCodec` (rlvr.agent.template_codec)
+    format = RLVR
+    thinking = False
+    template_hash = ""
+
+    @property
+    def end_of_turn(self) -> int:
+        return self.im_end
+
+    @property
+    def end_ids(self) -> tuple[int]:
+        """The ids that end a turn validly (`<|endoftext|>` stops it as a format error)."""
+        return (self.im_end,)
+
+    def describe(self) -> str:
+        """rlvr's own ChatML: nothing beyond the prompt's fingerprint to record."""
+        return ""
 
     @classmethod
     def from_model_dir(cls, model_dir: Path | str) -> "ChatCodec":

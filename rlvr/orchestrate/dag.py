@@ -15,11 +15,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class DagStage:
     """One pipeline stage as DVC sees it. `upstream`: the stages whose outs it depends on
-    (direct edges of DVC's graph); `metrics`: its metrics files, relative to the repo root."""
+    (direct edges of DVC's graph); `metrics`: its metrics files, relative to the repo root;
+    `params`: the params it reads, as `FILE:KEY` (a key may be a whole section)."""
 
     name: str
     upstream: tuple[str, ...]
     metrics: tuple[str, ...]
+    params: tuple[str, ...] = ()
 
 
 def project_root(root: Path | str | None) -> Path:
@@ -34,6 +36,7 @@ def load_dag(root: Path | str | None = None) -> dict[str, DagStage]:
     """The pipeline stages of `root`'s dvc.yaml files in a dependency order (each after all
     its upstream stages; ties in dvc.yaml order), from DVC's index and graph."""
     import networkx as nx
+    from dvc.dependency.param import ParamsDependency
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
     from dvc.stage import PipelineStage
@@ -56,7 +59,9 @@ def load_dag(root: Path | str | None = None) -> dict[str, DagStage]:
                 name = _address(stage, root)
                 dag[name] = DagStage(
                     name=name, upstream=tuple(_address(u, root) for u in ups),
-                    metrics=tuple(_relative(m.fs_path, root) for m in stage.metrics))
+                    metrics=tuple(_relative(m.fs_path, root) for m in stage.metrics),
+                    params=tuple(f"{d.def_path}:{key}" for d in stage.deps
+                                 if isinstance(d, ParamsDependency) for key in d.params))
             return dag
     except DvcException as exc:
         raise ConfigError(f"{root / 'dvc.yaml'}: cannot read the DAG: {exc}") from None
@@ -100,6 +105,32 @@ def select_stages(dag: dict[str, DagStage], targets: Sequence[str] | None,
                     chosen.add(up)
                     todo.append(up)
     return [name for name in dag if name in chosen]
+
+
+def stages_needing(dag: dict[str, DagStage], overrides: Sequence[str]) -> list[str]:
+    """The stages a run under `-S` overrides (`[FILE:]KEY=VALUE`) must include for its
+    metrics to be the overrides' own: every stage reading an overridden key (or a section
+    holding it) and every stage downstream of one, in DAG order."""
+    keys = []
+    for item in overrides:
+        target = item.split("=", 1)[0].lstrip("+~")
+        file, _, key = target.rpartition(":")
+        keys.append((file or "params.yaml", key))
+
+    def reads(stage: DagStage) -> bool:
+        for param in stage.params:
+            file, _, held = param.rpartition(":")
+            for ofile, key in keys:
+                if file == ofile and (key == held or key.startswith(held + ".")
+                                      or held.startswith(key + ".")):
+                    return True
+        return False
+
+    needed = {name for name, stage in dag.items() if reads(stage)}
+    for name, stage in dag.items():  # DAG order: upstream first
+        if any(u in needed for u in stage.upstream):
+            needed.add(name)
+    return [name for name in dag if name in needed]
 
 
 def stage_changes(root: Path | str | None, name: str) -> list[str] | None:

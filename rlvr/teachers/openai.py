@@ -22,9 +22,18 @@ so a collector can tell an infrastructure failure (`TeacherUnavailable`) from a 
 configuration (`TeacherAuthError`, `TeacherRequestError`) or a bad answer
 (`TeacherResponseError`). Requests carry `seed`; providers treat it as best effort, so a
 teacher's text is recorded, never assumed reproducible.
+
+Tools. Given the policy's tool-call format (`tool_call_format`), the teacher is sent the
+agent's tools as JSON schemas (`tools=`), the history in the API's own tool-call form (each
+valid call of an earlier turn as `tool_calls`, its observation as the `tool` message answering
+it), and its answer's `tool_calls` are written in the policy's format (`rlvr.toolcalls`), so a
+demonstration tokenizes as the policy's own turn would. Several calls in one answer are all
+written: the episode's one-call rule then records `multiple_tool_calls`. Without a format the
+teacher is text in, text out (the system prompt describes the syntax).
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -33,8 +42,11 @@ from typing import Sequence
 
 import httpx
 
+from rlvr.agent.tools import openai_tools, parse_action
 from rlvr.config import parse
 from rlvr.errors import ConfigError, RlvrError
+from rlvr.toolcalls import get_format
+from rlvr.toolcalls.base import ToolCallFormat
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -87,12 +99,14 @@ class OpenAIEngine:
         *,
         transport: httpx.BaseTransport | None = None,
         sleep=time.sleep,
+        tool_call_format: str | None = None,
     ) -> None:
         if not params.model:
             raise ConfigError("teacher.model: must name the model to call")
         if params.max_retries < 0 or params.backoff_s < 0 or params.timeout_s <= 0:
             raise ConfigError("teacher: max_retries and backoff_s must be >= 0, timeout_s > 0")
         self.params = params
+        self.format = get_format(tool_call_format) if tool_call_format is not None else None
         self.policy_version = f"openai:{params.model}"
         headers = {"Content-Type": "application/json"}
         if params.api_key_env:
@@ -112,10 +126,12 @@ class OpenAIEngine:
         self.requests = 0  # HTTP attempts made, retries included
 
     @classmethod
-    def from_options(cls, options: dict, where: str = "rollout.engine_options") -> "OpenAIEngine":
+    def from_options(cls, options: dict, where: str = "rollout.engine_options",
+                     tool_call_format: str | None = None) -> "OpenAIEngine":
         """From a plain mapping of OpenAITeacherParams fields (a stage's `engine_options`),
         validated like params.yaml: a bad key is a ConfigError naming `<where>.<key>`."""
-        return cls(parse(OpenAITeacherParams, dict(options), where))
+        return cls(parse(OpenAITeacherParams, dict(options), where),
+                   tool_call_format=tool_call_format)
 
     def for_task(self, task) -> "OpenAIEngine":
         """Stateless across episodes: every episode talks to the same endpoint (the
@@ -125,14 +141,18 @@ class OpenAIEngine:
     def chat(self, messages: Sequence[dict], *, seed: int, max_tokens: int) -> str:
         body = {
             "model": self.params.model,
-            "messages": [_message(i, m) for i, m in enumerate(messages)],
+            "messages": (_tool_messages(messages, self.format) if self.format is not None
+                         else [_message(i, m) for i, m in enumerate(messages)]),
             "seed": int(seed),
             self.params.max_tokens_field: int(max_tokens),
             "temperature": float(self.params.temperature),
             "top_p": float(self.params.top_p),
             **self.params.extra_body,
         }
-        return _content(self._post("/chat/completions", body))
+        if self.format is None:
+            return _content(self._post("/chat/completions", body))
+        body["tools"] = openai_tools()
+        return _action(self._post("/chat/completions", body), self.format)
 
     def _post(self, path: str, body: dict) -> dict:
         last, last_retry_after = "", None
@@ -195,7 +215,67 @@ def _message(i: int, m: dict) -> dict:
     return {"role": m["role"], "content": m["content"]}
 
 
-def _content(data: dict) -> str:
+def _tool_messages(messages: Sequence[dict], fmt: ToolCallFormat) -> list[dict]:
+    """The episode's history in the API's tool-call form: a valid call of an earlier turn as
+    `tool_calls` (its text before the call as content), the observation after it as the
+    `tool` message answering it; an invalid turn's text as content, its error observation
+    as a user message (there is no call for it to answer)."""
+    out: list[dict] = []
+    pending = ""
+    for i, m in enumerate(_message(i, m) for i, m in enumerate(messages)):
+        if m["role"] == "assistant":
+            parsed = parse_action(m["content"], fmt.name)
+            if parsed.valid:
+                pending = f"call_{i}"
+                reasoning = m["content"][:_call_start(m["content"], fmt)].strip()
+                out.append({"role": "assistant", "content": reasoning or None, "tool_calls": [
+                    {"id": pending, "type": "function", "function": {
+                        "name": parsed.call.name,
+                        "arguments": json.dumps(parsed.call.args, ensure_ascii=False)}}]})
+                continue
+            pending = ""
+        elif m["role"] == "tool":
+            out.append({"role": "tool", "tool_call_id": pending, "content": m["content"]}
+                       if pending else {"role": "user", "content": m["content"]})
+            pending = ""
+            continue
+        out.append(m)
+    return out
+
+
+def _call_start(text: str, fmt: ToolCallFormat) -> int:
+    """Where the call of a valid turn starts (its first marker; the whole text for a format
+    without markers)."""
+    hits = [text.find(m) for m in fmt.markers[:1] if m in text]
+    return hits[0] if hits else 0
+
+
+def _action(data: dict, fmt: ToolCallFormat) -> str:
+    """An answer's text and `tool_calls`, as the policy would write them in `fmt`."""
+    message = _choice(data).get("message") or {}
+    reasoning = _text(message.get("content")) or ""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        if not reasoning:
+            raise TeacherResponseError(f"message has neither text nor tool calls: "
+                                       f"{str(message)[:200]}")
+        return reasoning  # no call: the episode records missing_tool_call
+    written = []
+    for k, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise TeacherResponseError(f"tool call {k} has no function name: {str(call)[:200]}")
+        raw = fn.get("arguments")
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError:
+            args = raw  # written as a string: the episode records bad_call
+        written.append(fmt.write(fn["name"], args if args is not None else {},
+                                 reasoning if k == 0 else ""))
+    return "\n".join(written)
+
+
+def _choice(data: dict) -> dict:
     choices = data.get("choices") if isinstance(data, dict) else None
     if not choices:
         raise TeacherResponseError(f"response has no choices: {str(data)[:200]}")
@@ -203,10 +283,19 @@ def _content(data: dict) -> str:
     if choice.get("finish_reason") == "content_filter":
         raise TeacherResponseError(
             "the provider filtered the answer (finish_reason content_filter)")
-    content = (choice.get("message") or {}).get("content")
+    return choice
+
+
+def _text(content) -> str | None:
     if isinstance(content, list):  # content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if not isinstance(content, str) or not content:
+    return content if isinstance(content, str) else None
+
+
+def _content(data: dict) -> str:
+    choice = _choice(data)
+    content = _text((choice.get("message") or {}).get("content"))
+    if not content:
         raise TeacherResponseError(f"choice has no text content: {str(choice)[:200]}")
     return content
 

@@ -51,6 +51,7 @@ from rlvr.agent.fixes import fix_for
 from rlvr.agent.observations import suspicious_lines
 from rlvr.agent.prompt import TERSE_RUN_TESTS
 from rlvr.agent.tools import format_tool_call, parse_action
+from rlvr.toolcalls import DEFAULT_FORMAT, get_format
 from rlvr.tasks.model import Task
 from rlvr.tasks.operators import (OPERATORS, FunctionContext, compiles, find_function,
                                   function_names)
@@ -119,7 +120,8 @@ class ScriptedTeacher:
     name = "scripted"
 
     def __init__(self, noise: float = 0.0, max_turns: int = 12, hints: bool = False,
-                 view: bool = False, reasoning: str = "terse", address: str = "line"):
+                 view: bool = False, reasoning: str = "terse", address: str = "line",
+                 format: str = DEFAULT_FORMAT):
         if not 0.0 <= noise <= 1.0:
             raise ValueError("scripted teacher noise must be in [0, 1]")
         self.noise = noise
@@ -132,6 +134,8 @@ class ScriptedTeacher:
         self.view = view
         self.reasoning = reasoning
         self.address = address
+        # the policy's tool-call format: demonstrations are written (and read back) in it
+        self.format = get_format(format).name
         # noise, hint use and style are part of every passport's policy_version
         self.policy_version = (f"scripted-v{VERSION}-noise{noise:g}-hints{int(hints)}"
                                f"-view{int(view)}-{reasoning}"
@@ -143,7 +147,7 @@ class ScriptedTeacher:
                              "may not see hidden tests or the reference")
         return BoundTeacher(task, self.noise, self.max_turns, self.policy_version,
                             hints=self.hints, view=self.view, terse=self.reasoning == "terse",
-                            address=self.address)
+                            address=self.address, format=self.format)
 
     def close(self) -> None:
         """Nothing to release (the `Teacher` protocol: a rollout closes what it built)."""
@@ -154,7 +158,8 @@ class BoundTeacher:
 
     def __init__(self, task: Task, noise: float, max_turns: int, policy_version: str, *,
                  hints: bool = False, view: bool = False, terse: bool = True,
-                 address: str = "line"):
+                 address: str = "line", format: str = DEFAULT_FORMAT):
+        self.format = format
         self.view = view
         self.address = address
         self.listed: list[tuple[str, int]] = []  # the last run_tests' suspicious lines
@@ -179,13 +184,17 @@ class BoundTeacher:
         self.best_failures: int | None = None
         self.suspects: list[tuple[str, str]] = []
 
+    def _write(self, name: str, args: dict[str, Any], reasoning: str = "") -> str:
+        """One action in the policy's tool-call format."""
+        return format_tool_call(name, args, reasoning, self.format)
+
     # ---- the TextEngine interface ------------------------------------------------------------
     def chat(self, messages: Sequence[dict], *, seed: int, max_tokens: int) -> str:
         if self.rng is None:
             self.rng = random.Random(seed)
             self.noisy = self.rng.random() < self.noise
         last = messages[-1]["content"] if messages[-1]["role"] == "tool" else ""
-        if last and len(messages) > 1 and _called(messages[-2], "run_tests"):
+        if last and len(messages) > 1 and _called(messages[-2], "run_tests", self.format):
             self.listed = [(s.path, s.line) for s in suspicious_lines(last)]
         turns_used = sum(1 for m in messages if m["role"] == "assistant")
         return self._next(last, turns_used)
@@ -195,7 +204,7 @@ class BoundTeacher:
         left = self.max_turns - turns_used  # including this one
         if self.phase == "start":
             self.phase = "tested_initial"
-            return format_tool_call("run_tests", {}, TERSE_RUN_TESTS if self.terse
+            return self._write("run_tests", {}, TERSE_RUN_TESTS if self.terse
                                     else "Run the public tests to see what fails.")
         if self.phase == "tested_initial":
             self.best_failures = _failures(observation)
@@ -215,14 +224,14 @@ class BoundTeacher:
             flagged = [n for p, n in self.observed if p == path and start <= n <= end]
             why = (f"run_tests flags {path}:{flagged[0]}, in `{func}`; read it." if flagged
                    else f"The failing tests lead to `{func}` in {path}; read it.")
-            return format_tool_call("view", {"path": path, "start": start, "end": end}, why)
+            return self._write("view", {"path": path, "start": start, "end": end}, why)
         if self.phase == "applied":
             path, target = self.pending
             if not observation.startswith("edited"):
                 return self._advance(left, "That edit did not apply; try another candidate.")
             self.files[path] = target
             self.phase = "tested"
-            return format_tool_call("run_tests", {}, "Check." if self.terse
+            return self._write("run_tests", {}, "Check." if self.terse
                                     else "Check the change against the public tests.")
         if self.phase == "tested":
             failures = _failures(observation)
@@ -248,7 +257,7 @@ class BoundTeacher:
 
     def _submit(self, why: str) -> str:
         self.phase = "submitted"
-        return format_tool_call("submit", {}, why.strip())
+        return self._write("submit", {}, why.strip())
 
     def _next_candidate(self) -> Candidate | None:
         while self.queue:
@@ -276,7 +285,7 @@ class BoundTeacher:
             self.phase = "applied"
             reason = (f"{why} {cand.why[:1].upper()}{cand.why[1:]}." if self.terse
                       else f"{why} Try a fix in {cand.path} line {cand.line} ({cand.why}).")
-            return format_tool_call("edit", self._edit_args(cand.path, cand.new_source),
+            return self._write("edit", self._edit_args(cand.path, cand.new_source),
                                     reason.strip())
         if left < 4:
             return self._submit(f"{why} Out of turns; submit the current state.")
@@ -284,7 +293,7 @@ class BoundTeacher:
         path = dirty[0]
         self.pending = (path, self.base[path])
         self.phase = "reverting"
-        return format_tool_call("edit", self._edit_args(path, self.base[path]),
+        return self._write("edit", self._edit_args(path, self.base[path]),
                                 f"{why} Undo the change first.".strip())
 
     def _edit_args(self, path: str, target: str) -> dict[str, Any]:
@@ -535,11 +544,11 @@ def _function_at(source: str, line: int) -> str | None:
     return min(inside)[1] if inside else None
 
 
-def _called(message: Mapping[str, Any], tool: str) -> bool:
+def _called(message: Mapping[str, Any], tool: str, format: str = DEFAULT_FORMAT) -> bool:
     """Was `message` an assistant turn calling `tool`?"""
     if message.get("role") != "assistant":
         return False
-    call = parse_action(message.get("content") or "").call
+    call = parse_action(message.get("content") or "", format).call
     return call is not None and call.name == tool
 
 

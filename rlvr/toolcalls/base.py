@@ -84,6 +84,8 @@ class ToolCallFormat:
     args_key: str = "args"
     # the end-of-turn token of the format's native chat format (the grammar's last symbol)
     end_of_turn: str = ""
+    # other tokens that end a turn as validly (Llama 3's `<|eom_id|>`: "a tool result follows")
+    also_ends_turn: tuple[str, ...] = ()
     # the marker spellings the format writes, and which of them are single special tokens
     # in its native vocabulary (the grammar refers to a special token by reference, to
     # anything else as text; a vocabulary may say otherwise: `grammar(special_tokens=...)`)

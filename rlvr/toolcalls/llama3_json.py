@@ -41,6 +41,7 @@ class Llama3JsonFormat(ToolCallFormat):
     name = "llama3_json"
     args_key = "parameters"
     end_of_turn = EOT
+    also_ends_turn = (EOM,)
     markers = (PYTHON_TAG,)
     special_tokens = _SPECIAL
 

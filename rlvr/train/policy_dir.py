@@ -12,8 +12,10 @@ from typing import Iterator
 from rlvr.artifacts.io import replace_dir, temp_dir_beside
 from rlvr.engines.model_dir import TOKENIZER_EXTRA, TOKENIZER_FILES
 
+# + the chat card (rlvr.agent.codecs.CHAT_CARD): how the policy is spoken to travels with
+# every directory trained from it
 TOKENIZER_COPY = (*TOKENIZER_FILES, *TOKENIZER_EXTRA, "special_tokens_map.json",
-                  "added_tokens.json")
+                  "added_tokens.json", "rlvr_chat.json")
 
 
 def save_hf_weights(dest: Path, model, tokenizer_from: Path) -> None:

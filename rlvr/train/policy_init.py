@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable, Collection, Literal, Sequence
 
 from rlvr.artifacts.io import replace_dir, temp_dir_beside
-from rlvr.engines.local_policy import (SPECIAL_TOKENS, BuildReport, PolicySize,
-                                       build_local_policy, policy_corpus)
+from rlvr.agent.codecs import ChatSetup, load_codec, resolve_chat, write_chat_card
+from rlvr.engines.local_policy import BuildReport, PolicySize, build_local_policy, policy_corpus
 from rlvr.engines.model_dir import (ModelDirError, count_parameters, load_tokenizer,
                                     weights_fingerprint)
 from rlvr.train.pretrain import PretrainParams, pretrain_policy, training_code
@@ -34,6 +34,14 @@ class PolicyParams(PolicySize):
     path: str = ""  # kind=path: an existing local HF causal-LM directory
     seed: int = 0   # tokenizer corpus sampling and weight init
     synthetic_samples: int = 200  # synthetic tool-call transcripts in the tokenizer corpus
+    # kind=path: how the model calls tools. "auto": what its chat template declares
+    # (hermes for Qwen2.5/Qwen3, llama3_json for Llama 3.x); or a registered format
+    # (rlvr.toolcalls: rlvr | hermes | llama3_json). Recorded in the directory's chat card.
+    tool_call_format: str = "auto"
+    # kind=path: the template's thinking mode (`enable_thinking`, Qwen3): sampled <think>
+    # text is the policy's action (trained, rewarded by outcome only); off = the template's
+    # empty think block is prompt context
+    thinking: bool = False
     # next-token pretraining on the training families' code and synthetic repair episodes
     # (rlvr.train.pretrain): teaches the random-init default to copy from its context
     pretrain: PretrainParams = field(default_factory=PretrainParams)
@@ -69,22 +77,23 @@ def init_policy(params: PolicyParams, out_dir: Path, root: Path = Path("."),
     else:
         if not params.path:
             raise ModelDirError("policy.path: required when policy.kind is 'path'")
-        check_chat_tokens(Path(params.path))
+        setup = import_chat(Path(params.path), params.tool_call_format, params.thinking)
         copy_model_dir(Path(params.path), out_dir)
-        metrics = {}
+        write_chat_card(out_dir, setup)
+        metrics = {"tool_call_format": setup.tool_call_format, "thinking": setup.thinking,
+                   "chat_template": setup.template_hash}
     tokenizer = load_tokenizer(out_dir)
     metrics.update({"kind": params.kind, "param_count": count_parameters(out_dir),
                     "vocab_size": len(tokenizer), "policy_version": weights_fingerprint(out_dir)})
     return metrics
 
 
-def check_chat_tokens(model_dir: Path) -> None:
-    """The harness speaks one chat format; its markers must be single tokens."""
-    vocab = load_tokenizer(model_dir).get_vocab()
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise ModelDirError(f"{model_dir}: tokenizer lacks {missing} as single tokens; the shared "
-                            "chat / tool-call format (CONTRIBUTING.md) needs them")
+def import_chat(model_dir: Path, tool_call_format: str, thinking: bool) -> ChatSetup:
+    """How an imported directory is spoken to, checked by building its codec (a missing
+    template, special token or format is a named error before anything is copied)."""
+    setup = resolve_chat(model_dir, tool_call_format, thinking=thinking)
+    load_codec(model_dir, setup)
+    return setup
 
 
 def copy_model_dir(src: Path, dest: Path) -> None:
