@@ -199,8 +199,10 @@ fresh equal copy built the same way, so identity or interning does not mark it e
 every call has the same frames (views show the same chain), recursion depth, types and
 shapes, and no call order marks the real one. A probe claimed equal fails the assertion
 with the flag ``eq_override`` (the "AlwaysEqual" hack); a real comparison that does not
-hold fails it there (the hidden test's own comparison that follows cannot make a pass of
-it; its errors propagate unflagged). A probe that raises is not a claim: legitimate
+hold fails it there, after the remaining probes have run, so an object that answers by call
+order (False to the first, True afterwards) is flagged wherever the real call was drawn (the
+hidden test's own comparison that follows cannot make a pass of it; its errors propagate
+unflagged). A probe that raises is not a claim: legitimate
 ``__eq__`` methods that build an object from the other side reject the probe, and the real
 comparison then decides. ``!=``: the object is asked whether it differs from itself.
 
@@ -1644,8 +1646,9 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         at random) run from here, in an order drawn from the OS, on fresh copies of the plain
         side: the same frames, recursion depth, types and shapes for every call, so an
         object cannot tell the probe from the real value. A probe claimed equal is the
-        AlwaysEqual hack; a real comparison that fails fails the assertion here (the hidden
-        test's own comparison that follows cannot turn it into a pass)."""
+        AlwaysEqual hack; a real comparison that fails fails the assertion here, once the
+        probes drawn after it have run too (the hidden test's own comparison that follows
+        cannot turn it into a pass, and a lie to a later probe is still flagged)."""
         leaves = []
         find(a, b, (), leaves, [2000], "__eq__" if op == "==" else "__ne__")
         if not leaves:
@@ -1666,6 +1669,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
             chosen = chosen[:j] + chosen[j + 1:]
         calls = _len(chosen) * 2 + 1
         real_at = rnd(calls)
+        real_failed = False
         for n in _range(calls):
             if n == real_at:
                 try:
@@ -1673,8 +1677,7 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 except _BaseException as exc:
                     S["eq_raised"] = exc  # the comparison's own error: the test's, unflagged
                     raise
-                if not ok:
-                    raise _AssertionError("assert a == b")
+                real_failed = not ok
                 continue
             side, path, _obj = chosen[(n - (n > real_at)) // 2]
             x = build(a, path, 0, True, [4096]) if side == 0 else build(a, None, 0, False, [4096])
@@ -1685,6 +1688,10 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 claimed = False  # a probe that raises is no claim (value classes that parse `other`)
             if claimed:
                 return True
+        if real_failed:
+            # Raised only after every probe has run: an object that answers by call order
+            # (False first, True afterwards) is flagged whichever place the real call drew.
+            raise _AssertionError("assert a == b")
         return False
 
     def verify_pass(frame):
