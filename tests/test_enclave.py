@@ -14,6 +14,7 @@ import pytest
 from adversarial.tiny_task import ALL_HIDDEN, CORE, FAIL_TO_PASS, FIXED_CORE, HIDDEN, make_task, patch_to, with_core
 from rlvr.artifacts.schemas import VERDICT_REASONS
 from rlvr.enclave import VERIFIER_VERSION, Enclave, run_seed, task_key
+from rlvr.enclave.core import SuiteRun
 from rlvr.sandbox import Limits
 from rlvr.sandbox.base import UID_HIGH, UID_LOW
 
@@ -86,6 +87,23 @@ def test_busy_loop_is_a_timeout(enclave):
     hang = with_core(FIXED_CORE.replace("def mean(xs):\n", "def mean(xs):\n    while True:\n        pass\n"))
     verdict = enclave.verify(TASK, patch_to(hang), seed=1)
     assert (verdict.success, verdict.reason, verdict.runs) == (False, "timeout", 1)
+
+
+@pytest.mark.parametrize("outcomes,flags,reason", [
+    ({"t::a": "passed"}, [], "timeout"),                         # nothing graded failed yet
+    ({}, ["server_unresponsive"], "timeout"),
+    ({"t::a": "passed", "t::b": "failed"}, [], "tests_failed"),  # decided before the budget
+    ({"t::a": "error"}, ["resource_limit_hit"], "resource_limit"),
+])
+def test_a_graded_failure_before_the_budget_decides_as_in_a_finished_run(outcomes, flags, reason):
+    """The budget edge: the same wrong patch, cut by the budget on a loaded machine or
+    finishing on an idle one, gets one reason (issue 39 item 3)."""
+    graded = ["t::a", "t::b", "t::c"]
+    cut = SuiteRun("timeout", dict(outcomes), 30.0, {}, list(flags))
+    finished = SuiteRun("ok", {**{t: "passed" for t in graded}, **outcomes}, 29.0, {}, list(flags))
+    assert Enclave.judge(cut, graded)[0] == reason
+    if reason != "timeout":
+        assert Enclave.judge(finished, graded)[0] == reason
 
 
 def test_sleeping_patch_hits_the_wall_clock_limit(sandbox_backend):

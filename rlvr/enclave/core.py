@@ -446,8 +446,16 @@ class Enclave:
 
     @staticmethod
     def judge(run: SuiteRun, graded: Sequence[str]) -> tuple[str, str]:
-        """Failure reason of one run ('none' = this run passes every graded test)."""
-        if run.status in ("apply_failed", "timeout", "infra_error"):
+        """Failure reason of one run ('none' = this run passes every graded test).
+
+        A run the budget ended is a `timeout` only while no graded test has failed yet: a
+        graded failure recorded before the budget ran out decides the verdict as it would
+        in a run that finished, so a wrong patch whose suite ends near the budget reads the
+        same on a loaded machine and an idle one (the budget edge that remains: the failing
+        test is the one the budget cut, or runs after it; README "Reproducibility")."""
+        if run.status in ("apply_failed", "infra_error"):
+            return run.status, run.detail
+        if run.status == "timeout" and not any(run.outcomes.get(t, "passed") != "passed" for t in graded):
             return run.status, run.detail
         all_passed = bool(graded) and all(run.outcomes.get(t) == "passed" for t in graded)
         if all_passed and not run.tampered:
