@@ -12,7 +12,7 @@
     rlvr gate --candidate-eval FILE [--champion-eval FILE] --out DIR [--candidate NAME]
               [--champion NAME] [--training-metrics FILE] [--register]
     rlvr gate rollback [--reason TEXT]
-    rlvr metrics [PATTERN ...] [--rev REV] [--changed]
+    rlvr metrics [PATTERN ...] [--rev REV] [--changed] [--details]
     rlvr policy check DIR [--format auto|rlvr|hermes|llama3_json] [--thinking] [--json]
 
 Bad input exits 2 with one line naming the file / field / id (a directory given where a
@@ -306,13 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--params", type=Path, default=Path("params.yaml"))
     g.set_defaults(func=cmd_gate)
 
-    m = sub.add_parser("metrics", help="the stages' DVC metrics, one per line (optionally "
-                       "against another revision)")
+    m = sub.add_parser("metrics", help="the stages' headline metrics, one per line (optionally "
+                       "against another revision); --details: every metric")
     m.add_argument("patterns", nargs="*", metavar="PATTERN",
                    help="keep metrics matching these globs, on the key (`*pass_at_1`) or on "
-                   "file:key (`metrics/gate.json:rules.*`)")
+                   "file:key (`reports/stages/gate.json:rules.*` with --details)")
     m.add_argument("--rev", help="a git revision or DVC experiment to compare with")
     m.add_argument("--changed", action="store_true", help="with --rev: only what differs")
+    m.add_argument("--details", action="store_true",
+                   help="every metric, from the stages' details files (reports/stages/*.json)")
     m.add_argument("--root", type=Path, default=Path("."), help="the DVC project")
     m.set_defaults(func=cmd_metrics)
 
@@ -340,7 +342,7 @@ def cmd_policy_check(args) -> int:
 
 
 def cmd_metrics(args) -> None:
-    rows = metric_rows(args.root, rev=args.rev, patterns=args.patterns)
+    rows = metric_rows(args.root, rev=args.rev, patterns=args.patterns, details=args.details)
     if not rows:
         raise RlvrError("metrics: nothing matches" + (f" {args.patterns}" if args.patterns
                                                      else " (no stage has written metrics)"))

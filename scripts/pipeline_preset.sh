@@ -16,4 +16,4 @@ done < "$preset"
 export RLVR_PIPELINE_RUN="${RLVR_PIPELINE_RUN:-preset-$name-$(date -u +%Y%m%dT%H%M%SZ)-$$}"
 [ -d .dvc ] || dvc init -q
 dvc exp run --name "$name-$(date -u +%Y%m%dT%H%M%S)" "${args[@]}"
-dvc metrics show
+rlvr metrics   # the headline numbers (every metric: rlvr metrics --details)

@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     lock = load_lock(args.lock)
     with stage_run("corpus", inputs={"lock": args.lock}, outputs={"src": args.cache / "src"},
-                   metrics_path=args.metrics) as run:
+                   metrics_path=args.metrics,
+                   details_path=args.details) as run:
         fetched = fetch(lock, args.cache)
         libraries = {}
         for lib in lock.libraries:

@@ -30,13 +30,14 @@ def main(argv: list[str] | None = None) -> None:
                "selfcheck_patches": args.selfcheck_out}
     with stage_run("curate", params, sections=("curate", "split", "sandbox"),
                    params_file=args.params, inputs={"source": args.source}, outputs=outputs,
-                   metrics_path=args.metrics) as run:
+                   metrics_path=args.metrics,
+                   details_path=args.details) as run:
         result = run_curation(args.source, params, sandbox)
         save_pool(args.out, result.accepted, result.rejections)
         write_table(args.selfcheck_out, selfcheck_patches(result), schemas.PATCHES,
                     contract="patches")
         run.log_metrics(result.stats())
-        run.log_artifact(args.metrics)
+        run.log_artifact(args.details or args.metrics)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
               **{f"checkpoint.{name}": Path(d) for name, d in params.checkpoints.items()}}
     outputs = {"eval": args.out, "report": args.report, "plots": args.plots, "png": args.png}
     with stage_run("evaluate", params, sections=("evaluate", "sandbox"), params_file=args.params,
-                   inputs=inputs, outputs=outputs, metrics_path=args.metrics) as run:
+                   inputs=inputs, outputs=outputs, metrics_path=args.metrics,
+                   details_path=args.details) as run:
         rows = evaluate_checkpoints(params.checkpoints, sets, params, sandbox)
         write_eval(args.out, rows, timings_path=timings_path(args.out))
         report = build_report(rows, checkpoints=list(params.checkpoints), level=params.level,

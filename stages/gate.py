@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
              **({"training_metrics": args.training_metrics} if args.training_metrics else {})}
     outputs = {"gate": args.out, "report": args.report, "plots": args.plots_dir}
     with stage_run("gate", params, sections=("gate",), params_file=args.params, inputs=files,
-                   outputs=outputs, metrics_path=args.metrics) as run:
+                   outputs=outputs, metrics_path=args.metrics,
+                   details_path=args.details) as run:
         result = decide_and_register(params, inputs, registry_client=client())
         cost = write_outputs(result, inputs, gate_json=args.out, report=args.report,
                              plots_dir=args.plots_dir, seconds_in_report=False)

@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     outputs = {"policy": args.out, "plots": args.plots, "png": args.png}
     with stage_run("grpo", params, sections=("grpo", "rollout", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
-                   metrics_path=args.metrics) as run, \
+                   metrics_path=args.metrics,
+                   details_path=args.details) as run, \
             enclave_verifier(verify, sandbox, where="grpo") as (verifier, _):
         result = train_grpo(args.base, tasks, params, rollout, sandbox, args.out, args.work,
                             verifier=verifier, log=run.log_step)

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
               "model_dir": Path(params.model_dir)}
     outputs = {"trajectories": args.out, "patches": args.patches_out}
     with stage_run("rollout", params, sections=("rollout", "sandbox"), params_file=args.params,
-                   inputs=inputs, outputs=outputs, metrics_path=args.metrics) as run:
+                   inputs=inputs, outputs=outputs, metrics_path=args.metrics,
+                   details_path=args.details) as run:
         spent: dict = {}
         rows = roll_out(tasks, params, sandbox_params, parts_root, open_engine=open_engine,
                         stats=spent)
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         write_table(args.patches_out, patch_rows(rows), schemas.PATCHES, contract="patches")
         timings = {t["trajectory_id"]: t for t in timing_rows(rows)}
         run.log_metrics({**summarize(rows, timings), "this_run": spent})
-        run.log_artifact(args.metrics)
+        run.log_artifact(args.details or args.metrics)
     if not args.keep_parts:
         shutil.rmtree(parts_root, ignore_errors=True)
 

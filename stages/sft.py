@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
                "plots": args.plots, "png": args.png}
     with stage_run("sft", params, sections=("sft", "rollout", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
-                   metrics_path=args.metrics) as run:
+                   metrics_path=args.metrics,
+                   details_path=args.details) as run:
         selection = select_demonstrations(rows, params)
         write_selection(selection, args.data_out, args.drops_out)
         curves = LossCurves(then=run.log_step)

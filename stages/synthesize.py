@@ -62,11 +62,12 @@ def main(argv: list[str] | None = None) -> None:
                "png": args.png}
     with stage_run("synthesize", params, sections=("synthesize", "curate", "split", "sandbox"),
                    params_file=args.params, inputs=inputs, outputs=outputs,
-                   metrics_path=args.metrics) as run:
+                   metrics_path=args.metrics,
+                   details_path=args.details) as run:
         result = run_synthesis(args.seeds, params, known, args.corpus, args.corpus_cache)
         write_outputs(result, args.out, args.plots, args.png)
         run.log_metrics(result.stats())
-        run.log_artifact(args.metrics)
+        run.log_artifact(args.details or args.metrics)
         run.log_artifact(args.plots)
 
 

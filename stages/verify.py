@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
                    sections=(("verify", "sandbox", "split") if args.passport
                              else ("verify", "sandbox")),
                    params_file=args.params, inputs=inputs, outputs=outputs,
-                   metrics_path=args.metrics) as run:
+                   metrics_path=args.metrics,
+                   details_path=args.details) as run:
         rows = verify_patches(tasks, patches, params, sandbox, where=str(args.patches))
         if args.selfcheck:
             check_selfcheck(rows)

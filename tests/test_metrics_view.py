@@ -90,3 +90,21 @@ def test_cli_prints_the_long_table_and_names_a_miss(repo, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["metrics", "--root", str(repo), "nothing.*"])
     assert exc.value.code == 2 and "nothing matches" in capsys.readouterr().err
+
+
+def test_details_are_read_from_the_workspace_and_a_revision(repo, capsys):
+    from rlvr import cli
+
+    (repo / "reports/stages").mkdir(parents=True)
+    (repo / "reports/stages/a.json").write_text(json.dumps({"cost": {"seconds": 10.0}}))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "two")
+    (repo / "reports/stages/a.json").write_text(json.dumps({"cost": {"seconds": 12.5}}))
+    rows = metric_rows(repo, rev="HEAD", details=True)
+    assert [(r.file, r.key, r.value, r.other) for r in rows] == [
+        ("reports/stages/a.json", "cost.seconds", 12.5, 10.0)]
+    cli.main(["metrics", "--root", str(repo), "--details"])
+    assert "cost.seconds" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["metrics", "--root", str(repo), "--details", "--rev", "nosuch"])
+    assert exc.value.code == 2 and "reports/stages at nosuch" in capsys.readouterr().err

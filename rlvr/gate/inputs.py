@@ -153,7 +153,7 @@ def parse_training_metrics(data: Any, where: str) -> TrainingMetrics:
 
     * any trainer: `{"curves": [{step, ...}], "flags": {name: bool} | [names]}`;
     * the SFT model card (`training.json`): `metrics.evals` (one record per evaluation);
-    * the SFT stage metrics (`metrics/sft.json`): `final_eval` (the last evaluation only)."""
+    * the SFT stage's details (`reports/stages/sft.json`): `final_eval` (the last evaluation only)."""
     if not isinstance(data, dict):
         raise GateInputError(f"{where}: training metrics must be a JSON object")
     metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}

@@ -1,4 +1,5 @@
-"""`rlvr metrics`: the stages' DVC metrics one per line, optionally beside another revision.
+"""`rlvr metrics`: the stages' DVC metrics (their headline numbers) one per line, optionally
+beside another revision; `--details`: every metric, from the stages' details files.
 
 Why: `dvc metrics show` prints every metric of every file as one table row per file, so
 this project's ten metrics files make a table ~14,000 characters wide that no terminal
@@ -9,11 +10,13 @@ they mean to DVC; only the layout differs: long (file, metric, value) instead of
 from __future__ import annotations
 
 import fnmatch
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from rlvr.errors import RlvrError
+from rlvr.tracking.headline import DETAILS_DIR
 
 
 @dataclass(frozen=True)
@@ -49,20 +52,38 @@ def _error_line(error: Any) -> str:
     return text[-1] if text else "no data"
 
 
+def _details_by_file(root: Path | str, rev: str | None) -> dict[str, dict[str, Any]]:
+    """The stages' details files (`reports/stages/*.json`, git-tracked DVC outs, not DVC
+    metrics) of the workspace (`rev` None) or of a revision, read through DVC's filesystem."""
+    from dvc.api import DVCFileSystem
+
+    try:
+        fs = DVCFileSystem(str(root), rev=rev)
+        paths = sorted(fs.glob(f"{DETAILS_DIR}/*.json"))
+        return {str(p).lstrip("/"): flatten(json.loads(fs.read_text(p))) for p in paths}
+    except Exception as exc:  # DVC's and git's errors: one line naming the revision
+        raise RlvrError(f"{DETAILS_DIR}{f' at {rev}' if rev else ''}: {exc}") from None
+
+
 def metric_rows(root: Path | str = ".", rev: str | None = None,
-                patterns: Iterable[str] = ()) -> list[MetricRow]:
+                patterns: Iterable[str] = (), details: bool = False) -> list[MetricRow]:
     """Every metric of the workspace (and of `rev`), in DVC's file order; `patterns`
-    (fnmatch on "file:key" or on the key alone) keep only what matches."""
+    (fnmatch on "file:key" or on the key alone) keep only what matches. `details`: the
+    stages' details files instead of the headline metrics DVC shows."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
-    try:
-        with Repo(str(root)) as repo:
-            result = repo.metrics.show(revs=["workspace", *([rev] if rev else [])])
-    except DvcException as exc:
-        raise RlvrError(f"dvc metrics{f' --rev {rev}' if rev else ''}: {exc}") from None
-    here = _by_file(result, "workspace")
-    there = _by_file(result, rev) if rev else {}
+    if details:
+        here = _details_by_file(root, None)
+        there = _details_by_file(root, rev) if rev else {}
+    else:
+        try:
+            with Repo(str(root)) as repo:
+                result = repo.metrics.show(revs=["workspace", *([rev] if rev else [])])
+        except DvcException as exc:
+            raise RlvrError(f"dvc metrics{f' --rev {rev}' if rev else ''}: {exc}") from None
+        here = _by_file(result, "workspace")
+        there = _by_file(result, rev) if rev else {}
     patterns = list(patterns)
     rows = []
     for path in dict.fromkeys([*here, *there]):

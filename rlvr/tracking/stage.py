@@ -4,7 +4,8 @@ Every stage opens a `StageRun`; it is how a metric traces back to the exact para
 input artifacts (by DVC content hash) that made it (SPEC §9). The MLflow run opens when the
 stage body starts and ends with it: FINISHED when the body returns, FAILED when it raises
 (or exits non-zero), KILLED on Ctrl-C or SIGTERM; it nests under the pipeline run's parent
-(`rlvr.tracking.pipeline`, env `RLVR_PIPELINE_RUN`). What it holds:
+(`rlvr.tracking.pipeline`, env `RLVR_PIPELINE_RUN`). MLflow gets every metric; the DVC
+metrics file the stage's headline numbers when a details file takes the rest. What it holds:
 
 * run name and tag `stage`: the DVC stage name (`DVC_STAGE`, which `dvc repro` sets: the
   `selfcheck` stage runs `stages.verify --selfcheck`), else the name the stage passes;
@@ -39,6 +40,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from rlvr.artifacts.io import write_json
 from rlvr.config import as_dict
 from rlvr.tracking import lineage
+from rlvr.tracking.headline import headline
 from rlvr.tracking.pipeline import PIPELINE_TAG, open_parent, pipeline_key
 from rlvr.tracking.store import EXPERIMENT, tracking_enabled, tracking_uri
 
@@ -52,6 +54,8 @@ class StageRun:
     stage: str
     metrics_path: Path
     metrics: dict[str, Any] = field(default_factory=dict)
+    # where every metric goes when the metrics file holds the headline only (headline.py)
+    details_path: Path | None = None
     artifacts: list[Path] = field(default_factory=list)
     # (step, {name: value}) in order: curves (loss, lr, eval numbers) logged with `step`
     steps: list[tuple[int, dict[str, float]]] = field(default_factory=list)
@@ -135,8 +139,11 @@ def stage_run(stage: str, params: Any = None, *, sections: Sequence[str] = (),
               params_file: Path | str = "params.yaml",
               inputs: Mapping[str, Path | str | None] | None = None,
               outputs: Mapping[str, Path | str | None] | None = None,
-              metrics_path: Path | str) -> Iterator[StageRun]:
-    """Track one stage. Metrics are written (atomically) only if the stage body succeeds.
+              metrics_path: Path | str,
+              details_path: Path | str | None = None) -> Iterator[StageRun]:
+    """Track one stage. Metrics are written (atomically) only if the stage body succeeds:
+    all of them to `metrics_path`, or with `details_path` all of them there and the stage's
+    headline numbers (`headline.HEADLINES`) to `metrics_path`, the file DVC displays.
 
     `sections`: the params.yaml sections the stage depends on (its dvc.yaml `params:`),
     logged from `params_file` under their params.yaml names; without them (or without the
@@ -144,6 +151,7 @@ def stage_run(stage: str, params: Any = None, *, sections: Sequence[str] = (),
     directory; None entries are skipped), hashed when the stage starts / ends."""
     name = os.environ.get(lineage.DVC_STAGE_ENV) or stage
     run = StageRun(stage=name, metrics_path=Path(metrics_path),
+                   details_path=Path(details_path) if details_path is not None else None,
                    outputs={k: Path(v) for k, v in (outputs or {}).items() if v is not None})
     tracker = None
     if tracking_enabled():
@@ -157,7 +165,11 @@ def stage_run(stage: str, params: Any = None, *, sections: Sequence[str] = (),
     restore = _terminate_as_exit() if tracker is not None else None
     try:
         yield run
-        write_json(run.metrics_path, run.metrics)
+        if run.details_path is not None:
+            write_json(run.details_path, run.metrics)
+            write_json(run.metrics_path, headline(run.stage, run.metrics))
+        else:
+            write_json(run.metrics_path, run.metrics)
     except BaseException as exc:
         if tracker is not None:
             tracker.close(run, _status(exc), error=exc)
