@@ -101,6 +101,12 @@ class Sample:
 WeightSource = Union[Mapping[str, Any], str, os.PathLike]
 
 
+class AdapterWeights(dict):
+    """A state dict holding a LoRA run's adapter tensors only (names as in the served
+    model's `state_dict()`): an engine serving that very adapted model loads them over its
+    adapters and leaves every other weight as it is. A plain mapping must hold every weight."""
+
+
 def check_policy_step(step: int) -> int:
     """`step` if it is a policy ordinal (an int >= 0), else a ValueError naming it."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:

@@ -50,7 +50,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
+from rlvr.engines.base import AdapterWeights, Sample, SamplingParams, WeightSource, check_policy_step
 from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.fast_decoder import FAST_MODEL_TYPES, FastDecoder
 from rlvr.engines.hf_decoder import HFDecoder, left_pad
@@ -147,7 +147,14 @@ class TorchEngine:
             state = load_policy(source, device=str(self.device), dtype=dtype).model.state_dict()
             self.model_dir = Path(source)
         with torch.no_grad():
-            self.model.load_state_dict(state)
+            if isinstance(state, AdapterWeights):  # a LoRA run's update: its adapters alone
+                own = self.model.state_dict()
+                foreign = [k for k in state if k not in own or own[k].shape != state[k].shape]
+                if foreign:
+                    raise ValueError(f"sync_weights: adapter tensors this model lacks: {foreign[:4]}")
+                self.model.load_state_dict(state, strict=False)
+            else:
+                self.model.load_state_dict(state)
         self.prefix_cache.clear()  # KV of the old weights
         self.policy_version = policy_version
         self.policy_step = step

@@ -43,6 +43,7 @@ class BackendParams:
     device: str
     backend: str
     zero_stage: int
+    activation_checkpointing: bool
 
     @classmethod
     def of(cls, params: Any) -> "BackendParams":
@@ -82,9 +83,27 @@ def adamw(model, p: BackendParams) -> torch.optim.Optimizer:
                              foreach=True)
 
 
-def build_backend(model, p: BackendParams) -> "TorchBackend":
-    """The optimizer backend `p.backend` for `model`'s trainable parameters."""
+def build_backend(model, p: BackendParams, where: str = "train") -> "TorchBackend":
+    """The optimizer backend `p.backend` for `model`'s trainable parameters (with
+    `activation_checkpointing`, the model recomputes its layers' activations in backward)."""
+    if p.activation_checkpointing:
+        enable_activation_checkpointing(model, where)
     return DeepSpeedBackend(model, p) if p.backend == "deepspeed" else TorchBackend(model, p)
+
+
+def enable_activation_checkpointing(model, where: str) -> None:
+    """Keep only each decoder layer's input in the forward and recompute the layer in the
+    backward (HF's gradient checkpointing, non-reentrant: it also differentiates a LoRA
+    model's adapters when the frozen embeddings' output needs no grad). Activation memory
+    falls from ~layers x per-layer activations to ~one layer's; the gradients are the same
+    up to float reordering. A model without HF support is a ConfigError naming the key."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base, "supports_gradient_checkpointing", False) or \
+            not hasattr(base, "gradient_checkpointing_enable"):
+        raise ConfigError(f"{where}.activation_checkpointing: {type(base).__name__} does not "
+                          "support gradient checkpointing (transformers' "
+                          "supports_gradient_checkpointing)")
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 class TorchBackend:

@@ -62,6 +62,15 @@ as wrote it, and every rank reads it from the same path (a shared file system). 
 waiting ranks sit in a broadcast through rank 0's rollouts and verification, so a step must
 finish within the process group's timeout (torch.distributed's default, 30 minutes).
 
+LoRA (`lora.enabled`, rlvr/train/lora.py): peft adapters on the base's target modules are
+the only trainable weights; the optimizer, the checkpoints (`adapter/` + optimizer + loop
+state) and every sync carry the adapters alone (the in-process engine loads them over its
+own adapters; a vLLM server with `server.update: lora` hot-loads the adapter directory). The
+base never changes, so the KL reference (β > 0) is the trained model with its adapters
+disabled, and a resumed run rebuilds the model from the base plus the checkpoint's adapter.
+The output directory holds the merged model (plain HF weights: what `evaluate` loads and
+`gate` registers) and the adapter under `adapter/`.
+
 Resumption: the run lives in `work_dir/<run key>/` (run key: everything the run depends on
 except `steps` and the checkpoint cadence). A checkpoint is an HF directory (weights,
 tokenizer, `training.json` with the update passport and `policy_step`) plus the optimizer
@@ -104,6 +113,7 @@ from rlvr.train.grpo_metrics import rollout_metrics
 from rlvr.train.grpo_producer import DrawProducer
 from rlvr.train.grpo_state import LoopState
 from rlvr.train.grpo_update import train_on
+from rlvr.train.lora import ADAPTER_DIR, AdaptersOff, apply_lora, load_adapter
 from rlvr.train.sampler import SYNC_DIR, Sampler, open_sampler
 
 # Metric prefixes that hold clock or memory readings: logged, never in the model card.
@@ -175,14 +185,21 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     by_id = {t.task_id: t for t in tasks}
     run_dir = Path(work_dir) / run_key(base_dir, tasks, params, rollout, sandbox_params)
     state, ckpt = load_state(run_dir, params.steps)
-    policy = load_policy(ckpt or base_dir, device=params.device, dtype=params.dtype)
+    lora = params.lora.enabled  # LoRA: the base's weights, adapters fresh or from the checkpoint
+    policy = load_policy(base_dir if lora else ckpt or base_dir, device=params.device,
+                         dtype=params.dtype)
     model = policy.model
-    backend = build_backend(model, BackendParams.of(params))
+    if lora:
+        torch.manual_seed(params.seed)  # the adapters' init
+        model = apply_lora(model, params.lora, "grpo")
+        if ckpt is not None:
+            load_adapter(model, ckpt / ADAPTER_DIR)
+    backend = build_backend(model, BackendParams.of(params), "grpo")
     if ckpt is not None:
         load_optimizer(ckpt, state, backend)
     state.world = backend.world
-    reference = (load_policy(base_dir, device=params.device, dtype=params.dtype).model
-                 if params.loss.uses_reference else None)
+    reference = (None if not params.loss.uses_reference else AdaptersOff(model) if lora
+                 else load_policy(base_dir, device=params.device, dtype=params.dtype).model)
     curriculum = Curriculum(list(by_id), params.curriculum, params.group_size, params.seed)
     if state.curriculum is not None:
         curriculum.load_state(state.curriculum)
@@ -200,8 +217,12 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
               controller=controller, scoring=scoring, grammar=grammar, lock=threading.Lock(),
               log=log or (lambda step, metrics: None))
     if backend.rank == 0:  # the sampler, the rollouts and the verifier live on rank 0 alone
-        _open_sampling(run, ckpt or base_dir, by_id=by_id, rp=rp, sandbox_params=sandbox_params,
-                       sandbox=sandbox, verifier=verifier, wrap_engine=wrap_engine)
+        _open_sampling(run, base_dir if lora else ckpt or base_dir, by_id=by_id, rp=rp,
+                       sandbox_params=sandbox_params, sandbox=sandbox, verifier=verifier,
+                       wrap_engine=wrap_engine)
+        if lora and ckpt is not None:  # a server started on the base: the resumed adapters
+            run.acting.sync_weights(run.sampler.source(model, state.policy_step),
+                                    state.policy_version, state.policy_step)
     try:
         state = loop(run)
     finally:
@@ -211,10 +232,11 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
             run.sampler.close()
     found = pathology.detect(state.curves, params.pathology)
     model.eval()
-    if backend.rank == 0:
-        write_policy(out_dir, model, policy, base_dir,
-                     card(base_dir, params, state, found, curriculum.report(),
-                          decoding=rp.decoding.knobs()))
+    if backend.rank == 0:  # (LoRA: the merged model is written, and returned)
+        model = write_policy(out_dir, model, policy, base_dir,
+                             card(base_dir, params, state, found, curriculum.report(),
+                                  decoding=rp.decoding.knobs()),
+                             adapter=params.lora.save_adapter)
     backend.barrier()  # no rank returns before the policy directory exists
     return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
                       policy_version=state.policy_version, curves=state.curves,

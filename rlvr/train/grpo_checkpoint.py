@@ -23,6 +23,7 @@ from rlvr.tasks.model import Task
 from rlvr.train import pathology
 from rlvr.train.grpo_config import GRPOParams
 from rlvr.train.grpo_state import LoopState
+from rlvr.train.lora import ADAPTER_DIR, is_lora
 from rlvr.train.policy_dir import save_hf_weights, staged_dir
 
 STATE = "state.json"
@@ -94,7 +95,7 @@ def save_checkpoint(run_dir: Path, model, backend, policy, base_dir: Path, param
         extra = {**{optimizer_file(r): o for r, o in enumerate(opts)},
                  STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
         write_policy(dest, model, policy, base_dir, card(base_dir, params, state, found, None),
-                     extra=extra)
+                     extra=extra, adapter_only=is_lora(model))
         ckpts = checkpoints(run_dir)
         later = [c for c in ckpts if int(c.name.split("-")[1]) > state.step]  # of a longer run
         mine = [c for c in ckpts if c not in later]
@@ -145,12 +146,22 @@ def _clean(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_policy(out_dir: Path | str, model, policy, base_dir: Path, card_: dict[str, Any], *,
-                 extra: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, Any] | None = None, adapter: bool = True,
+                 adapter_only: bool = False):
     """Weights + tokenizer + `training.json` + README (and `extra` files: a tensor state
     goes through torch.save, a string is written as text) to a temp dir, renamed into
-    place."""
+    place. A LoRA model: its adapter under `adapter/` (with `adapter`), then the merged
+    weights, unless `adapter_only` (a checkpoint: the base is the run's own). Returns the
+    model written (a LoRA model merged: the adapters are gone from it)."""
     with staged_dir(out_dir) as tmp:
-        save_hf_weights(tmp, model, base_dir)
+        if is_lora(model):
+            if adapter or adapter_only:
+                model.save_pretrained(tmp / ADAPTER_DIR)
+            if not adapter_only:
+                model = model.merge_and_unload()
+                save_hf_weights(tmp, model, base_dir)
+        else:
+            save_hf_weights(tmp, model, base_dir)
         (tmp / "training.json").write_text(json.dumps(card_, indent=1, sort_keys=True) + "\n")
         (tmp / "README.md").write_text(readme(card_))
         for name, value in (extra or {}).items():
@@ -158,6 +169,7 @@ def write_policy(out_dir: Path | str, model, policy, base_dir: Path, card_: dict
                 (tmp / name).write_text(value)
             else:
                 torch.save(value, tmp / name)
+    return model
 
 
 def readme(c: Mapping[str, Any]) -> str:

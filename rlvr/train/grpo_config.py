@@ -24,6 +24,7 @@ from rlvr.rl.loss import GRPOLossConfig
 from rlvr.rl.overlong import OverlongParams
 from rlvr.train.backend import check_adamw, check_backend
 from rlvr.train.curriculum import CurriculumParams
+from rlvr.train.lora import RLLoraParams
 from rlvr.train.pathology import PathologyParams
 
 
@@ -90,6 +91,17 @@ class GRPOParams:
     (`torchrun`, `deepspeed`) the deepspeed backend trains data-parallel over whole groups;
     rank 0 rolls out (rlvr/train/grpo.py, data-parallel)."""
     zero_stage: int = 0
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward instead of keeping them
+    (HF gradient checkpointing, rlvr/train/backend.py): activation memory ~one layer's for
+    ~30% more update compute; the gradients are the same."""
+    lora: RLLoraParams = field(default_factory=RLLoraParams)
+    """LoRA (peft) instead of a full fine-tune (`enabled`; r, alpha, dropout, target_modules
+    as SFT's, rlvr/train/lora.py; RL's rank 8-32, SPEC §6): only the adapters train, are
+    checkpointed and reach the sampler (the torch engine loads them in place, a vLLM server
+    with `server.update: lora` hot-loads an adapter directory); the KL reference is the base
+    with the adapters disabled; the output directory holds the merged model (what `gate`
+    registers) and the adapter under `adapter/`."""
     loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
     """The SPEC §7 loss: advantage estimator and reward scaling, ratio level, clip range
     (eps_low <= eps_high), beta (k3 KL to the frozen initial policy; 0 = no reference
@@ -157,6 +169,7 @@ class GRPOParams:
         if self.split in ("heldout", "heldout_function", "regression"):
             bad("split", "GRPO never trains on an evaluation split", self.split)
         check_backend(self, bad)
+        self.lora.check(bad)
         if self.engine == "torch" and self.engine_options:
             bad("engine_options", "the torch sampler is the trainer's model in process and "
                 "takes none", self.engine_options)
@@ -164,7 +177,15 @@ class GRPOParams:
             # lazy: vllm_engine pulls in httpx (~0.13 s); only a vllm run needs it
             from rlvr.engines.vllm_engine import VllmEngineParams
 
-            parse(VllmEngineParams, self.engine_options, f"{where}.engine_options")
+            served = parse(VllmEngineParams, self.engine_options, f"{where}.engine_options")
+            if self.lora.enabled:
+                if served.server.update != "lora":
+                    bad("engine_options.server.update", "must be 'lora' with lora.enabled (the "
+                        "server hot-loads each update's adapter)", served.server.update)
+                if self.lora.r > served.server.max_lora_rank:
+                    bad("lora.r", f"exceeds the vLLM server's max_lora_rank "
+                        f"({served.server.max_lora_rank}: engine_options.server.max_lora_rank)",
+                        self.lora.r)
         return self
 
     def passport(self, loss_denominator: float | None = None) -> dict[str, Any]:
@@ -190,13 +211,18 @@ class GRPOParams:
             "staleness_bound": self.max_staleness,
             "mode": "synchronous" if self.max_staleness == 0 else
                     f"async (producer thread, queue of {self.queue_size} draws)",
-            "kl_reference": "frozen initial policy" if self.loss.uses_reference else "none",
+            "kl_reference": ("none" if not self.loss.uses_reference else
+                             "the base (adapters disabled)" if self.lora.enabled else
+                             "frozen initial policy"),
+            "update": (f"LoRA r={self.lora.r} alpha={self.lora.alpha} on "
+                       f"{', '.join(self.lora.target_modules)}" if self.lora.enabled
+                       else "full fine-tune"),
             "learning_rate": self.learning_rate,
             "optimizer": f"AdamW ({self.backend})",
         }
 
 
-SUBSECTIONS = {"loss": GRPOLossConfig, "overlong": OverlongParams, "entropy": EntropyController,
+SUBSECTIONS = {"lora": RLLoraParams, "loss": GRPOLossConfig, "overlong": OverlongParams, "entropy": EntropyController,
                "curriculum": CurriculumParams, "pathology": PathologyParams}
 
 

@@ -26,6 +26,7 @@ from rlvr.train.grpo_batch import (Seq, check_scoring, collate, rank_groups, seq
                                    split_groups)
 from rlvr.train.grpo_behaviour import BehaviourTally, behaviour_tally, same_in_train_mode
 from rlvr.train.grpo_config import GRPOParams
+from rlvr.train.lora import reference_model
 
 
 def lr_at(optimizer_step: int, params: GRPOParams) -> float:
@@ -200,7 +201,8 @@ def _old_and_reference(model, reference, seqs: Sequence[Seq], layout: Layout, de
                 if tally is not None:
                     tally.add_batch(sc, batch)
             if reference is not None:
-                ref[tuple(micro)] = score(reference, batch, False).logprobs.detach()
+                with reference_model(reference) as m:
+                    ref[tuple(micro)] = score(m, batch, False).logprobs.detach()
     return old, ref
 
 

@@ -28,6 +28,7 @@ from rlvr import engines
 from rlvr.engines.base import WeightSource
 from rlvr.engines.torch_engine import TorchEngine
 from rlvr.errors import ConfigError
+from rlvr.train.lora import adapter_weights, is_lora
 from rlvr.train.policy_dir import save_hf_weights, staged_dir
 
 SAMPLERS = ("torch", "vllm")
@@ -45,12 +46,16 @@ class Sampler:
 
     def source(self, model, policy_step: int) -> WeightSource:
         """What `engine.sync_weights` takes for `model`'s current weights: the state dict
-        for the in-process engine, a freshly written policy directory for a server."""
+        for the in-process engine, a freshly written policy directory for a server; for a
+        LoRA model the adapters alone (`AdapterWeights`, an adapter directory)."""
         if self.sync_dir is None:
-            return model.state_dict()
+            return adapter_weights(model) if is_lora(model) else model.state_dict()
         dest = self.sync_dir / f"step-{policy_step:06d}"
         with staged_dir(dest) as tmp:
-            save_hf_weights(tmp, model, self.tokenizer_from)
+            if is_lora(model):  # an adapter directory, hot-loaded (`server.update: lora`)
+                model.save_pretrained(tmp)
+            else:
+                save_hf_weights(tmp, model, self.tokenizer_from)
         written = sorted(p for p in self.sync_dir.iterdir()
                          if p.is_dir() and p.name.startswith("step-"))
         for old in written[:-self.keep]:

@@ -53,6 +53,7 @@ from rlvr.errors import ConfigError
 from rlvr.train.backend import BackendParams, build_backend
 from rlvr.train.batching import micro_batches
 from rlvr.train.curves import LogFn
+from rlvr.train.lora import apply_lora
 from rlvr.train.sft_config import SFTParams
 from rlvr.train.sft_output import SFTResult, write_sft_policy
 
@@ -193,8 +194,8 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
     log = log or (lambda step, metrics: None)
     torch.manual_seed(params.seed)
     policy = load_policy(base_dir, device=params.device, dtype=params.dtype)
-    model = _maybe_lora(policy.model, params)
-    backend = build_backend(model, BackendParams.of(params))
+    model = apply_lora(policy.model, params.lora, "sft") if params.lora.enabled else policy.model
+    backend = build_backend(model, BackendParams.of(params), "sft")
     train, val = to_examples(train_rows), to_examples(val_rows)
     lengths = [len(e.ids) for e in train]
     total, next_batch = batch_plan(len(train), params)
@@ -290,22 +291,6 @@ def _evaluate(model, val, params, step, train_loss, on_eval) -> dict[str, float]
 
 
 # ---- model ------------------------------------------------------------------------------------
-def _maybe_lora(model, p: SFTParams):
-    if not p.lora.enabled:
-        return model
-    from peft import LoraConfig, get_peft_model
-
-    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [m for m in p.lora.target_modules if m not in present]
-    if missing:
-        raise ConfigError(f"sft.lora.target_modules: {missing} not in the model "
-                          f"(it has e.g. {sorted(present - {''})[:12]})")
-    cfg = LoraConfig(r=p.lora.r, lora_alpha=p.lora.alpha, lora_dropout=p.lora.dropout,
-                     target_modules=list(p.lora.target_modules), bias="none",
-                     task_type="CAUSAL_LM")
-    return get_peft_model(model, cfg)
-
-
 def _progress(total: int):
     return tqdm(total=total, desc="sft", unit="step", dynamic_ncols=True,
                 disable=os.environ.get("RLVR_PROGRESS", "1") == "0")

@@ -16,9 +16,9 @@ from typing import Any, Literal
 from rlvr.config import DEFAULT_PARAMS, load_section, parse
 from rlvr.errors import ConfigError
 from rlvr.train.backend import check_adamw, check_backend
+from rlvr.train.lora import LoraParams
 
 # All major weight matrices of a Llama/Qwen-style block, MLP included (SPEC §6).
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -31,21 +31,6 @@ class DemoParams:
     # Share of *tasks* (not demonstrations) held out for the validation loss, chosen with
     # `sft.seed`; a task's demonstrations are all in one part. 0 = no validation split.
     val_fraction: float = 0.1
-
-
-@dataclass(frozen=True)
-class LoraParams:
-    """LoRA via peft (SPEC §6: all major matrices incl. the MLP; lr ~10x the full-FT rate;
-    rank 64-256 for SFT)."""
-
-    enabled: bool = False
-    r: int = 64               # adapter rank
-    alpha: int = 128          # scaling = alpha / r
-    dropout: float = 0.0      # dropout on the adapter input
-    target_modules: tuple[str, ...] = LORA_TARGETS
-    # The output directory always holds merged weights (a plain HF causal LM); with this,
-    # the adapter alone is written too, under `adapter/` (a few MB).
-    save_adapter: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,6 +88,10 @@ class SFTParams:
     # data-parallel over the ranks a launcher starts (rlvr/train/backend.py).
     backend: Literal["torch", "deepspeed"] = "torch"
     zero_stage: int = 0
+    # Recompute each decoder layer's activations in the backward instead of keeping them
+    # (HF gradient checkpointing): activation memory ~one layer's, ~30% more compute, the
+    # same gradients (rlvr/train/backend.py).
+    activation_checkpointing: bool = False
     # Rows of logits per LM-head chunk (peak memory of the head; results do not change).
     head_chunk_tokens: int = 4096
     lora: LoraParams = field(default_factory=LoraParams)
@@ -139,16 +128,8 @@ class SFTParams:
             bad("min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
         check_adamw(self, bad)
         check_backend(self, bad)
-        lora, demos, es = self.lora, self.demos, self.early_stop
-        if lora.enabled:
-            if lora.r < 1:
-                bad("lora.r", "must be >= 1", lora.r)
-            if lora.alpha <= 0:
-                bad("lora.alpha", "must be > 0", lora.alpha)
-            if not lora.target_modules:
-                bad("lora.target_modules", "must name at least one module", lora.target_modules)
-        if not 0.0 <= lora.dropout < 1.0:
-            bad("lora.dropout", "must be in [0, 1)", lora.dropout)
+        demos, es = self.demos, self.early_stop
+        self.lora.check(bad)
         if demos.max_per_task < 0:
             bad("demos.max_per_task", "must be >= 0 (0 = no cap)", demos.max_per_task)
         if not 0.0 <= demos.val_fraction < 1.0:

@@ -12,6 +12,7 @@ from typing import Any
 from rlvr.config import as_dict
 from rlvr.engines.model_dir import weights_fingerprint
 from rlvr.train.demos import data_hash
+from rlvr.train.lora import ADAPTER_DIR
 from rlvr.train.policy_dir import save_hf_weights, staged_dir
 from rlvr.train.sft_config import SFTParams
 
@@ -43,7 +44,7 @@ def write_sft_policy(model, policy, base_dir, train_rows, val_rows, p: SFTParams
     with staged_dir(out_dir) as tmp:
         if p.lora.enabled:
             if p.lora.save_adapter:
-                model.save_pretrained(tmp / "adapter")
+                model.save_pretrained(tmp / ADAPTER_DIR)
             model = model.merge_and_unload()
         model.eval()
         save_hf_weights(tmp, model, base_dir)
