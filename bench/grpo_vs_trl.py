@@ -1,7 +1,9 @@
 """Bench: one GRPO optimizer step of this trainer (rlvr) vs TRL `GRPOTrainer`, same setup.
 
 Run: `OMP_NUM_THREADS=1 .venv/bin/python bench/grpo_vs_trl.py [--group 8 --prompts 4
---max-new 128 --epochs 2 --steps 4 --threads 1 --repeats 2]`. One process run; each side trains in a
+--max-new 128 --epochs 2 --steps 4 --threads 1 --repeats 2] [--lora R]`. `--lora R`: both
+sides train rank-R LoRA adapters (alpha 2R, every major matrix) instead of every weight: TRL
+through its `peft_config`, rlvr through `grpo.lora` (adapters only to the sampler). One process run; each side trains in a
 fresh subprocess (so its peak RSS is its own), TRL first, on:
 * the same model: the CPU-default policy architecture (`rlvr.engines.local_policy`: Qwen2
   style, hidden 128, 4 layers, 4 heads / 2 kv heads, MLP 512, BPE vocab 4096 trained on this
@@ -148,6 +150,10 @@ def run_ours(model_dir: Path, prompts: list[dict], a) -> dict:
     torch.manual_seed(0)
     policy = load_policy(model_dir, device="cpu", dtype="float32")
     model, tok = policy.model, policy.tokenizer
+    if a.lora:  # adapters only: trained, and all the sampler is sent after each update
+        from rlvr.train.lora import RLLoraParams, adapter_weights, apply_lora
+
+        model = apply_lora(model, RLLoraParams(enabled=True, r=a.lora, alpha=2 * a.lora), "bench")
     backend = build_backend(model, BackendParams.of(params))
     engine = TorchEngine.from_model(copy.deepcopy(model), tok, policy_version=policy.version)
     decoding = Decoding(temperature=1.0, top_p=1.0, top_k=0)
@@ -184,7 +190,8 @@ def run_ours(model_dir: Path, prompts: list[dict], a) -> dict:
         upd = train_on(model, backend, groups, params, scoring, None, 0.0, policy_step)
         t4 = time.perf_counter()
         policy_step += int(upd["train/optimizer_steps"])
-        engine.sync_weights(model.state_dict(), state_version(model), policy_step)
+        engine.sync_weights(adapter_weights(model) if a.lora else model.state_dict(),
+                            state_version(model), policy_step)
         step_s.append(time.perf_counter() - t0)
         cpu_s.append(time.process_time() - c0)
         gen_s.append(t1 - t0)
@@ -277,8 +284,16 @@ def run_trl(model_dir: Path, prompts: list[dict], a) -> dict:
             save_strategy="no", eval_strategy="no", report_to=[], use_cpu=True, bf16=False,
             fp16=False, seed=0, dataloader_num_workers=0, disable_tqdm=True,
             log_completions=False)
+        peft = None
+        if a.lora:  # TRL's own LoRA path: its peft_config, the same matrices and rank
+            from peft import LoraConfig
+
+            from rlvr.train.lora import LORA_TARGETS
+
+            peft = LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0,
+                              target_modules=list(LORA_TARGETS), bias="none", task_type="CAUSAL_LM")
         trainer = Timed(model=model, reward_funcs=trl_reward, args=cfg, train_dataset=data,
-                        processing_class=tok, callbacks=[clock])
+                        processing_class=tok, callbacks=[clock], peft_config=peft)
         rss_start = rss_mb()
         out = trainer.train()
     marks = clock.marks
@@ -319,6 +334,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2,
                     help="subprocess runs per side, ABBA order; the median s/step is reported")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="LoRA rank on both sides (alpha 2r, every major matrix); 0 = full fine-tune")
     ap.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -329,7 +346,8 @@ def main() -> None:
     if a.side:
         return run_side(a, run_ours, run_trl)
     passed = ["--group", str(a.group), "--prompts", str(a.prompts), "--max-new", str(a.max_new),
-              "--epochs", str(a.epochs), "--steps", str(a.steps), "--threads", str(a.threads)]
+              "--epochs", str(a.epochs), "--steps", str(a.steps), "--threads", str(a.threads),
+              "--lora", str(a.lora)]
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, data = Path(tmp) / "model", Path(tmp) / "prompts.json"
         built = make_model_dir(model_dir)
@@ -337,6 +355,7 @@ def main() -> None:
         print(f"model: {built['param_count']:,} params, vocab {built['vocab_size']}, fp32, CPU; "
               f"G {a.group} x {a.prompts} prompts, <= {a.max_new} new tokens, μ {a.epochs}, "
               f"{a.steps} timed batches + 1 warmup, {a.threads} thread(s), "
+              f"{f'LoRA r={a.lora}' if a.lora else 'full fine-tune'}, "
               f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
         runs: dict[str, list[dict]] = {"trl": [], "ours": []}
         # ABBA order (trl, ours, ours, trl, ...): a drift in the shared machine's load hits

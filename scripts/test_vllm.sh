@@ -10,6 +10,8 @@
 #      scoring the same ids, reports tokens/s, start and policy-update times, and runs a
 #      short multi-turn rollout through the agent harness; its last line is a JSON summary
 #      (also written to ${RLVR_VLLM_BENCH_OUT:-metrics/vllm_bench.json}).
+#   4. the same bench with --qwen: the tiny Qwen3 at the real vocabulary, Hermes calls
+#      (${RLVR_VLLM_QWEN_OUT:-metrics/vllm_bench_qwen.json}).
 # Takes ~5-8 minutes on 2 cores. Extra arguments go to the bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +28,9 @@ trap 'rm -f "$log"' EXIT
 .venv/bin/python bench/vllm_mismatch.py "$@" | tee "$log"
 tail -n 1 "$log" > "$out"
 echo "test_vllm: summary written to $out"
+# 4. the same on a real-format model: the tiny Qwen3 (151,669-token vocabulary, Qwen3's
+#    template) served by vLLM and rolled out in Hermes calls through its own template
+qout=${RLVR_VLLM_QWEN_OUT:-metrics/vllm_bench_qwen.json}
+.venv/bin/python bench/vllm_mismatch.py --qwen "$@" | tee "$log"
+tail -n 1 "$log" > "$qout"
+echo "test_vllm: real-format summary written to $qout"
