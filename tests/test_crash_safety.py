@@ -45,6 +45,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlvr.tracking.headline import DETAILS_DIR
 from taskkit import FIXED_CORE, HIDDEN_TEST, write_family, write_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +139,7 @@ class Stage:
     argv: list[str]
     outs: list[str]       # dvc.yaml outs: must equal the reference
     plots: list[str]      # dvc.yaml plots: must equal the reference
-    metrics: list[str]    # dvc.yaml metrics: must parse (they hold seconds)
+    metrics: list[str]    # dvc.yaml metrics and the stages' details files: must parse (seconds)
 
     @property
     def declared(self) -> list[str]:
@@ -158,8 +159,10 @@ def stage(name: str) -> Stage:
     argv = shlex.split(spec["cmd"])
     assert argv[0] == "scripts/python", argv
     assert argv[1] == "-m", argv
-    return Stage(name, [sys.executable, *argv[1:]], _paths(spec.get("outs")),
-                 _paths(spec.get("plots")), _paths(spec.get("metrics")))
+    outs = _paths(spec.get("outs"))
+    details = [o for o in outs if o.startswith(f"{DETAILS_DIR}/")]  # every metric: seconds too
+    return Stage(name, [sys.executable, *argv[1:]], [o for o in outs if o not in details],
+                 _paths(spec.get("plots")), [*_paths(spec.get("metrics")), *details])
 
 
 # Runs a stage module with os.replace / os.rename watched: the first rename onto one of the
