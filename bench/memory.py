@@ -2,11 +2,12 @@
 formula fitted to it and projected to real sizes (issue 37).
 
 Run: `.venv/bin/python bench/memory.py [--quick]`. One process run; every configuration
-trains in a fresh subprocess (so its peak RSS is its own): load a random-init model, run one
-`update_policy` (the GRPO loop's update: forward + SPEC §7 loss + backward per micro-batch,
-AdamW step) on `--seqs` sequences of `--tokens` tokens of random ids (every position a
-policy token), and report `ru_maxrss` minus the RSS after imports (`base`), beside the
-model's parameter count. Configurations: full fine-tune vs LoRA (r 16, every major matrix)
+trains in a fresh subprocess (so its peak RSS is its own): load a random-init model, run two
+`update_policy` calls (the GRPO loop's update: forward + SPEC §7 loss + backward per
+micro-batch, AdamW step; the second runs with the optimizer state the first allocated) on `--seqs` sequences of `--tokens` tokens of random ids (every position a
+policy token), and report `ru_maxrss` minus its value once the model is loaded (imports and
+the weights resident: `loaded_mb`; the current RSS would miss the weights, which
+safetensors maps lazily), beside the model's parameter count. Configurations: full fine-tune vs LoRA (r 16, every major matrix)
 x activation checkpointing off / on, on
 * `tiny-qwen3`: the tiny Qwen3 of the tests (hidden 128, 2 layers) at the real 151,669-token
   vocabulary (`rlvr.engines.tiny_model`), and
@@ -14,9 +15,8 @@ x activation checkpointing off / on, on
   151,936, tied embeddings) with n of its 24 layers: the full model's fp32 AdamW state alone is
   ~8 GB, so it is measured at 2 and 4 layers and extrapolated per layer.
 
-The fit (per configuration, least squares over the qwen0.5b rows): peak = c0 + c_p x P_total +
-c_t x P_trainable + c_a x layers x tokens x hidden, with the activation term measured as the
-difference between two layer counts at fixed weights; then the projected per-GPU memory of
+The fit (`fit`): the bytes a decoder layer keeps per token and hidden unit for the backward,
+from the difference between 2 and 4 layers at equal everything else; then the projected per-GPU memory of
 Qwen2.5-1.5B / 7B / 32B on 8 x 80 GB (`project`: bf16 weights and activations, fp32 AdamW,
 ZeRO 0 / 2 / 3, full vs LoRA, checkpointing off / on), a Markdown table. The last line is
 one JSON object.
@@ -40,6 +40,7 @@ QWEN05 = dict(hidden=896, heads=14, kv_heads=2, intermediate=4864, vocab=151936,
 
 
 def rss_mb() -> float:
+    """Peak RSS so far (ru_maxrss)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -59,6 +60,12 @@ def build(model: str, layers: int, out: Path) -> Path:
                       intermediate_size=q["intermediate"], tie_word_embeddings=True,
                       max_position_embeddings=4096)
     Qwen2ForCausalLM(cfg).save_pretrained(out)
+    import shutil
+
+    from rlvr.engines.tiny_model import TOKENIZER_FILES, qwen_tokenizer_files
+
+    for name in TOKENIZER_FILES:  # the real Qwen tokenizer: a policy directory carries one
+        shutil.copy(qwen_tokenizer_files() / name, out / name)
     return out
 
 
@@ -92,10 +99,15 @@ def side(a) -> None:
          "loss_mask": [0] + [1] * (a.tokens - 1), "logprobs": [0.0] + [-1.0] * (a.tokens - 1),
          "turn_ids": [-1] + [0] * (a.tokens - 1), "n_turns": 1, "logprobs_kind": "behaviour"}
         for si in range(2)]} for gi in range(a.seqs // 2)]
-    base = rss_mb()
+    base = rss_mb()  # the high-water mark after loading: the weights resident
     backend = build_backend(model, BackendParams.of(params), "bench")
+    # Two updates: AdamW allocates its state at the first step, so only the second one's
+    # backward runs with everything a training run holds (weights, grads, optimizer state,
+    # activations, the head's chunk) - the steady state the peak must describe.
+    scoring = SamplingParams(temperature=1.0)
+    update_policy(model, backend, groups, params, scoring, None, 0.0, 0)
     t0 = time.perf_counter()
-    update_policy(model, backend, groups, params, SamplingParams(temperature=1.0), None, 0.0, 0)
+    update_policy(model, backend, groups, params, scoring, None, 0.0, 1)
     seconds = time.perf_counter() - t0
     print("RESULT " + json.dumps({"peak_mb": rss_mb(), "loaded_mb": base, "seconds": seconds,
                                   "params_total": n_total, "params_trainable": n_train,
@@ -103,32 +115,34 @@ def side(a) -> None:
                                   "layers": model.config.num_hidden_layers}), flush=True)
 
 
+def forward_tokens(r: dict) -> int:
+    """Tokens in one forward: the update runs micro-batches of <= `micro` padded tokens."""
+    return min(r["micro"], r["tokens"] * r["seqs"])
+
+
 def fit(rows: list[dict]) -> dict:
-    """Per (lora, ckpt): bytes = c0 + c_w x P_total + c_t x P_trainable + c_a x L x T x h,
-    from the qwen0.5b rows: c_a from the layer-count difference at equal weights per layer
-    (the per-layer weights' own share taken out with c_w, c_t), c_w and c_t by their known
-    fp32 sizes checked against the measured difference."""
-    out = {}
+    """c_act, the bytes a decoder layer keeps per token and hidden unit for the backward
+    (fp32), from the qwen0.5b rows without checkpointing: the update's extra memory at 4
+    layers minus at 2 layers, less the 12 bytes (fp32 grad + AdamW m, v) of each extra
+    trainable parameter, over 2 layers x the tokens of one forward x hidden; full and LoRA
+    averaged. With checkpointing a layer keeps only its input (4 bytes per token and hidden)
+    and one layer's activations exist at a time (the recompute) — the model used in the
+    projection; the measured checkpointed rows are reported beside it, not fitted (RSS
+    differences of ~100 MB sit in the allocator's noise at these sizes)."""
+    per = []
     for lora in (0, 16):
-        for ckpt in (False, True):
-            rs = sorted((r for r in rows if r["model"].startswith("qwen0.5b") and r["lora"] == lora
-                         and r["ckpt"] == ckpt), key=lambda r: r["layers"])
-            if len(rs) < 2:
-                continue
-            lo, hi = rs[0], rs[-1]
-            d_bytes = (hi["peak_mb"] - hi["loaded_mb"] - (lo["peak_mb"] - lo["loaded_mb"])) * 2**20
-            # state beyond the loaded weights: grads (4 B) + AdamW m, v (8 B) per trainable param
-            d_state = 12 * (hi["params_trainable"] - lo["params_trainable"])
-            d_act = d_bytes - d_state
-            tokens = hi["tokens"] * hi["seqs"]
-            c_a = d_act / ((hi["layers"] - lo["layers"]) * tokens * hi["hidden"])
-            fixed = (lo["peak_mb"] - lo["loaded_mb"]) * 2**20 - 12 * lo["params_trainable"] \
-                - c_a * lo["layers"] * tokens * lo["hidden"]
-            out[f"lora{lora}_ckpt{int(ckpt)}"] = {
-                "bytes_per_layer_token_hidden": round(c_a, 2),
-                "head_and_rest_bytes_at_measured_tokens": round(fixed),
-                "tokens": tokens}
-    return out
+        rs = sorted((r for r in rows if r["model"].startswith("qwen0.5b") and r["lora"] == lora
+                     and not r["ckpt"]), key=lambda r: r["layers"])
+        if len(rs) < 2:
+            continue
+        lo, hi = rs[0], rs[-1]
+        d = (hi["peak_mb"] - hi["loaded_mb"] - (lo["peak_mb"] - lo["loaded_mb"])) * 2**20
+        d -= 12 * (hi["params_trainable"] - lo["params_trainable"])
+        per.append(d / ((hi["layers"] - lo["layers"]) * forward_tokens(hi) * hi["hidden"]))
+    if not per:
+        return {}
+    return {"c_act_fp32_bytes": round(sum(per) / len(per), 1),
+            "c_act_each": [round(x, 1) for x in per]}
 
 
 # Qwen2.5 shapes (config.json of each release): hidden, layers, MLP, heads, KV heads, vocab
@@ -154,20 +168,22 @@ def project(fit_: dict, micro_tokens: int = 16384, head_chunk: int = 4096) -> li
     """Per-GPU bytes of the GRPO update on 8 GPUs, bf16 weights and activations, fp32 AdamW
     (master copy, m, v), for each shape x {full, LoRA} x ZeRO {0, 2, 3} x checkpointing:
     weights 2P (/8 under ZeRO-3); full fine-tune: bf16 grads 2P (/8 from ZeRO-2) + 12P of
-    optimizer state (/8 from ZeRO-1); LoRA: 16 bytes per adapter param; activations: the
-    measured fp32 bytes per layer x token x hidden, halved for bf16, over `micro_tokens`
-    tokens (checkpointing: the measured checkpointed constant); the LM head's logits chunk:
-    head_chunk x V x 12 bytes (fp32 logits, log-softmax and its gradient)."""
+    optimizer state (/8 from ZeRO-1); LoRA: 16 bytes per adapter param; activations over one
+    micro-batch of `micro_tokens`: c_act / 2 (bf16) x layers x tokens x hidden, or with
+    checkpointing 2 x layers x tokens x hidden (the layer inputs) + one layer's c_act / 2 x
+    tokens x hidden; the LM head's logits chunk: head_chunk x V x 12 bytes (fp32 logits,
+    log-softmax and its gradient). Memory only: ZeRO-3 is refused by the trainer today."""
+    if "c_act_fp32_bytes" not in fit_:
+        return []
+    c = fit_["c_act_fp32_bytes"] / 2
     rows = []
     for name, s in SHAPES.items():
         P, p_lora = shape_params(s)
+        L, h = s["layers"], s["hidden"]
+        head = head_chunk * s["vocab"] * 12
         for lora in (False, True):
             for ckpt in (False, True):
-                key = f"lora{16 if lora else 0}_ckpt{int(ckpt)}"
-                if key not in fit_:
-                    continue
-                act = fit_[key]["bytes_per_layer_token_hidden"] / 2 * s["layers"] * micro_tokens * s["hidden"]
-                head = head_chunk * s["vocab"] * 12
+                act = (2 * L + c) * micro_tokens * h if ckpt else c * L * micro_tokens * h
                 for zero in (0, 2, 3):
                     w = 2 * P / (GPUS if zero == 3 else 1)
                     if lora:
@@ -190,6 +206,7 @@ def main() -> None:
     ap.add_argument("--seqs", type=int, default=4, help="sequences in the update (even)")
     ap.add_argument("--micro", type=int, default=4096, help="micro_batch_tokens")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows", help="a previous run's JSON line: fit and project its rows again")
     ap.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--lora", type=int, default=0, help=argparse.SUPPRESS)
@@ -199,6 +216,9 @@ def main() -> None:
         return side(a)
     models = [("tiny-qwen3", 2)] + ([] if a.quick else [("qwen0.5b", 2), ("qwen0.5b", 4)])
     rows = []
+    if a.rows:
+        rows = [{"micro": a.micro, **r} for r in json.loads(Path(a.rows).read_text().splitlines()[-1])["rows"]]
+        models = []
     with tempfile.TemporaryDirectory() as tmp:
         for model, layers in models:
             d = build(model, layers, Path(tmp) / f"{model}-L{layers}")
@@ -213,7 +233,8 @@ def main() -> None:
                     if done.returncode or not line:
                         sys.exit(f"{model} L{layers} lora {lora} ckpt {ckpt} failed:\n{done.stderr[-3000:]}")
                     r = {"model": f"{model}-L{layers}", "lora": lora, "ckpt": ckpt,
-                         "tokens": a.tokens, "seqs": a.seqs, **json.loads(line[0][7:])}
+                         "tokens": a.tokens, "seqs": a.seqs, "micro": a.micro,
+                         **json.loads(line[0][7:])}
                     rows.append(r)
                     print(f"{r['model']:<14} {'LoRA r16' if lora else 'full':<8} ckpt {'on ' if ckpt else 'off'} "
                           f"params {r['params_total'] / 1e6:7.1f} M (trainable {r['params_trainable'] / 1e6:7.2f} M) "
