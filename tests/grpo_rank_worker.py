@@ -21,6 +21,7 @@ from grpokit import (FORCED_BUDGETS, SANDBOX, SCORING, fake_verifier, forced, re
                      small_rollout)
 from rlvr.agent.transcript import ChatCodec
 from rlvr.engines.model_dir import load_policy
+from rlvr.train import backend as backend_mod
 from rlvr.train.backend import BackendParams, build_backend
 from rlvr.train.grpo import train_grpo
 from rlvr.train.grpo_checkpoint import state_version
@@ -29,6 +30,7 @@ from rlvr.train.grpo_update import train_on
 
 def update(base: str, groups_file: str, params_json: str, report_dir: str) -> None:
     torch.set_num_threads(1)
+    backend_mod.ZERO3_OPTIONS["stage3_param_persistence_threshold"] = 0  # shard every one
     rank = int(os.environ["RANK"])
     groups = json.loads(Path(groups_file).read_text())
     params = parse_grpo_params(json.loads(params_json))
@@ -38,14 +40,19 @@ def update(base: str, groups_file: str, params_json: str, report_dir: str) -> No
     assert backend.world == int(os.environ["WORLD_SIZE"]) and backend.rank == rank
     norms = recording_norms(backend)
     metrics = train_on(model, backend, groups, params, SCORING, None, 0.0, 0)
-    if rank == 0:
-        torch.save(model.state_dict(), Path(report_dir, "weights.pt"))
+    with backend.full_weights():  # (ZeRO-3: gathered from the ranks' shards)
+        version = state_version(model)
+        if rank == 0:
+            torch.save({k: v.clone() for k, v in model.state_dict().items()},
+                       Path(report_dir, "weights.pt"))
     Path(report_dir, f"rank{rank}.json").write_text(json.dumps({
-        "metrics": metrics, "grad_norms": norms, "version": state_version(model)}))
+        "metrics": metrics, "grad_norms": norms, "version": version}))
+    backend.finish()  # no rank tears its group down while rank 0 still writes
 
 
 def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> None:
     torch.set_num_threads(1)
+    backend_mod.ZERO3_OPTIONS["stage3_param_persistence_threshold"] = 0  # shard every one
     rank = int(os.environ["RANK"])
     params = parse_grpo_params(json.loads(params_json))
     calls, logged = [], []
@@ -61,7 +68,7 @@ def loop(base: str, params_json: str, out: str, work: str, report_dir: str) -> N
     Path(report_dir, f"rank{rank}.json").write_text(json.dumps({
         "ledger": result.ledger, "curves": result.curves, "policy_step": result.policy_step,
         "resumed_from": result.resumed_from, "verifier_calls": len(calls), "logged": logged,
-        "version": state_version(result.model)}))
+        "version": result.policy_version}))  # (hashed from the gathered weights)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,14 @@ from pathlib import Path
 import torch
 
 from rlvr.config import parse
+from rlvr.train import backend
 from rlvr.train.sft import train_sft
 from rlvr.train.sft_config import SFTParams
 
 
 def main(base: str, rows_file: str, params_json: str, out: str, report_dir: str) -> None:
     torch.set_num_threads(1)
+    backend.ZERO3_OPTIONS["stage3_param_persistence_threshold"] = 0  # shard every parameter
     # registered before the trainer opens its group, so it runs after the trainer's own
     # exit handler (atexit is last in, first out): the group must be closed by then
     rank = int(os.environ["RANK"])

@@ -345,6 +345,7 @@ def test_async_mode_trains_from_a_bounded_queue(tmp_path, bwrap_sandbox):
     ({"overlong": {"mode": "threshold", "gamma": 0.01, "t_budget": 10, "t_max": 20}},
      "grpo.overlong.gamma"),
     ({"zero_stage": 1}, "grpo.zero_stage"),
+    ({"backend": "deepspeed", "zero_stage": 3, "lora": {"enabled": True}}, "grpo.zero_stage"),
     ({"max_staleness": -1}, "grpo.max_staleness"),
     ({"queue_size": 0}, "grpo.queue_size"),
     ({"learning_rat": 1.0}, "grpo.learning_rat"),

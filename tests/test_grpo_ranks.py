@@ -67,6 +67,7 @@ def _launch(*args, nproc=2):
 
 CASES = [pytest.param(0, "constant", 1, id="zero0-constant"),
          pytest.param(2, "token_mean", 1, id="zero2-token_mean"),
+         pytest.param(3, "constant", 2, id="zero3-constant-2minibatches"),
          pytest.param(2, "constant", 2, id="zero2-constant-2minibatches",
                       marks=pytest.mark.slow),
          pytest.param(0, "token_mean", 2, id="zero0-token_mean-2minibatches",
@@ -77,6 +78,8 @@ CASES = [pytest.param(0, "constant", 1, id="zero0-constant"),
 def test_two_deepspeed_ranks_take_the_one_process_grpo_update(policy_dir, tmp_path, stage,
                                                               aggregation, mini_batches):
     kw = {**BASE, "mini_batches": mini_batches, "loss": {"loss_aggregation": aggregation}}
+    if stage == 3:  # head chunks of 8 rows: the ranks' forwards need different numbers of
+        kw["head_chunk_tokens"] = 8  # chunks, and must agree on as many head calls (gathers)
     model = load_policy(policy_dir).model
     model.train()
     groups = _groups(model)
@@ -123,10 +126,13 @@ LOOP = {"group_size": 2, "groups_per_step": 4, "tasks_per_draw": 2, "max_draws":
         "consensus_runs": 1, "learning_rate": 1e-2}
 
 
-def test_the_loop_on_two_ranks_draws_and_trains_as_one_process(tmp_path, bwrap_sandbox):
-    """Two ranks (ZeRO 2) run step 1, are stopped, and resume from its checkpoint (every
-    rank's optimizer partition) for step 2: the same groups, policy steps, curves and
-    weights as one process's 2-step run. Rank 0 alone rolls out, verifies and logs."""
+@pytest.mark.parametrize("stage", [2, 3])
+def test_the_loop_on_two_ranks_draws_and_trains_as_one_process(tmp_path, bwrap_sandbox, stage):
+    """Two ranks (ZeRO 2, or 3: every parameter sharded) run step 1, are stopped, and resume
+    from its checkpoint (every rank's optimizer partition) for step 2: the same groups,
+    policy steps, curves and weights as one process's 2-step run. Rank 0 alone rolls out
+    (under ZeRO-3 from its whole copy, sent the gathered weights after each update),
+    verifies and logs."""
     base = tiny_policy_dir()
     tasks = [count_task(), take_task()]
     whole = train_grpo(base, tasks, parse_grpo_params({**LOOP, "steps": 2}),
@@ -134,7 +140,7 @@ def test_the_loop_on_two_ranks_draws_and_trains_as_one_process(tmp_path, bwrap_s
                        tmp_path / "one-work", verifier=fake_verifier,
                        wrap_engine=forced(ChatCodec.from_model_dir(base)))
     assert whole.policy_step == 2
-    ds = {**LOOP, "backend": "deepspeed", "zero_stage": 2}
+    ds = {**LOOP, "backend": "deepspeed", "zero_stage": stage}
     reports = []
     for steps in (1, 2):
         report = tmp_path / f"report{steps}"

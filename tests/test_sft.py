@@ -167,7 +167,7 @@ def test_lora_checkpoint_loads_back_merged_and_as_an_adapter(policy_dir, rows, t
                            sd0["model.layers.0.mlp.down_proj.weight"])
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_one_deepspeed_step_equals_one_torch_step(policy_dir, rows, tmp_path, stage):
     p = dict(max_steps=1, batch_size=6, warmup_steps=0, learning_rate=1e-2, eval_every=0,
              micro_batch_tokens=600, grad_clip=0.5, weight_decay=0.1,
@@ -240,7 +240,7 @@ def test_loss_csv_has_one_row_per_step(tmp_path):
     ({"backend": "jax"}, "sft.backend"),
     ({"zero_stage": 2}, "sft.zero_stage"),                      # ZeRO without deepspeed
     ({"backend": "deepspeed", "zero_stage": 5}, "sft.zero_stage"),
-    ({"backend": "deepspeed", "zero_stage": 3}, "sft.zero_stage"),
+    ({"backend": "deepspeed", "zero_stage": 3, "lora": {"enabled": True}}, "sft.zero_stage"),
     ({"epochs": 0, "max_steps": 0}, "sft.max_steps"),
     ({"lr_scheduler_type": "step"}, "sft.lr_scheduler_type"),
     ({"lora": {"enabled": True, "r": 0}}, "sft.lora.r"),

@@ -56,16 +56,21 @@ def _launch(policy_dir, rows_file, params, out, report, nproc=2):
     assert exits == ["process group open at exit: False"] * nproc
 
 
-@pytest.mark.parametrize("stage, uneven", [(0, False), (2, False), (2, True)])
+@pytest.mark.parametrize("stage, uneven", [(0, False), (2, False), (2, True), (3, False),
+                                           (3, True)])
 def test_two_deepspeed_ranks_take_the_one_process_update(policy_dir, rows, tmp_path, stage,
                                                          uneven):
     """uneven: the ranks' shards cut into different numbers of micro-batches, and under
-    ZeRO-2 (a reduce at every backward) the rank with fewer still makes as many."""
+    ZeRO-2 (a reduce at every backward) the rank with fewer still makes as many. ZeRO-3
+    (every parameter sharded: each forward needs both ranks): the same update, the probe
+    run by rank 0 on a whole copy of the gathered weights, the model written whole."""
     tok = load_tokenizer(policy_dir)
     if uneven:
         rows = [transcript(tok, i, turns=9 if i % 5 == 0 else 1) for i in range(10)]  # 459 | 67
     micro_tokens = 250 if uneven else STEP["micro_batch_tokens"]
     step = {**STEP, "micro_batch_tokens": micro_tokens}
+    if stage == 3:  # the ranks' forwards need different numbers of head chunks (gathers)
+        step["head_chunk_tokens"] = 16
     lengths = [len(r["token_ids"]) for r in rows]
     _, next_batch = batch_plan(len(rows), SFTParams(**step))
     counts = []

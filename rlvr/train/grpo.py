@@ -62,6 +62,17 @@ as wrote it, and every rank reads it from the same path (a shared file system). 
 waiting ranks sit in a broadcast through rank 0's rollouts and verification, so a step must
 finish within the process group's timeout (torch.distributed's default, 30 minutes).
 
+ZeRO-3 (`zero_stage: 3`): the trained parameters live in shards across the ranks and each
+layer gathers its own inside its forward, a collective. So (1) every rank makes as many
+forwards of the trained model as the busiest (`TorchBackend.extra_forwards`: idle no-grad
+forwards in the behaviour pass and the π_old pass; the update's idle backward calls already
+existed for ZeRO-2) and as many LM-head chunks as the busiest (`backend.head_calls`); (2) rank 0
+samples from weights that are whole: the in-process torch engine starts from a copy taken
+before the model was sharded and, after each update, every rank gathers the weights
+(`full_weights`, a collective) while rank 0 hands them over — the same gather writes a
+vLLM sync directory, the checkpoints and the policy. A whole copy on rank 0 costs the model
+once more there: with a model that needs ZeRO-3, sample with `engine: vllm`.
+
 LoRA (`lora.enabled`, rlvr/train/lora.py): peft adapters on the base's target modules are
 the only trainable weights; the optimizer, the checkpoints (`adapter/` + optimizer + loop
 state) and every sync carry the adapters alone (the in-process engine loads them over its
@@ -81,6 +92,7 @@ no group is duplicated or lost and the result equals an uninterrupted run.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import resource
@@ -101,7 +113,8 @@ from rlvr.rl.entropy import EntropyController
 from rlvr.sandbox.params import SandboxParams
 from rlvr.tasks.model import Task
 from rlvr.train import pathology
-from rlvr.train.backend import BackendParams, TorchBackend, build_backend
+from rlvr.train.backend import (BackendParams, TorchBackend, build_backend, launch_rank,
+                                require_packing, shards_parameters)
 from rlvr.train.curriculum import Curriculum
 from rlvr.train.curves import LogFn
 from rlvr.train.grpo_behaviour import call_token_id
@@ -186,14 +199,21 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     run_dir = Path(work_dir) / run_key(base_dir, tasks, params, rollout, sandbox_params)
     state, ckpt = load_state(run_dir, params.steps)
     lora = params.lora.enabled  # LoRA: the base's weights, adapters fresh or from the checkpoint
-    policy = load_policy(base_dir if lora else ckpt or base_dir, device=params.device,
-                         dtype=params.dtype)
+    start_dir = base_dir if lora else ckpt or base_dir  # the weights the model is loaded with
+    policy = load_policy(start_dir, device=params.device, dtype=params.dtype)
     model = policy.model
     if lora:
         torch.manual_seed(params.seed)  # the adapters' init
         model = apply_lora(model, params.lora, "grpo")
         if ckpt is not None:
             load_adapter(model, ckpt / ADAPTER_DIR)
+    if params.packed:
+        require_packing(model, "grpo")
+    # ZeRO-3 cuts the trained weights into shards across the ranks (a forward needs all of
+    # them), so rank 0's in-process sampler starts from a whole copy taken before the cut and
+    # is sent gathered weights after each update (`_publish`)
+    whole = (copy.deepcopy(model) if shards_parameters(params) and params.engine == "torch"
+             and launch_rank() == 0 else model)
     backend = build_backend(model, BackendParams.of(params), "grpo")
     if ckpt is not None:
         load_optimizer(ckpt, state, backend)
@@ -217,12 +237,14 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
               controller=controller, scoring=scoring, grammar=grammar, lock=threading.Lock(),
               log=log or (lambda step, metrics: None))
     if backend.rank == 0:  # the sampler, the rollouts and the verifier live on rank 0 alone
-        _open_sampling(run, base_dir if lora else ckpt or base_dir, by_id=by_id, rp=rp,
+        _open_sampling(run, whole, start_dir, by_id=by_id, rp=rp,
                        sandbox_params=sandbox_params, sandbox=sandbox, verifier=verifier,
                        wrap_engine=wrap_engine)
-        if lora and ckpt is not None:  # a server started on the base: the resumed adapters
-            run.acting.sync_weights(run.sampler.source(model, state.policy_step),
-                                    state.policy_version, state.policy_step)
+    if lora and ckpt is not None:  # a sampler started on the base: the resumed adapters
+        with backend.full_weights():  # (ZeRO-3: every rank gathers, rank 0 reads)
+            if backend.rank == 0:
+                run.acting.sync_weights(run.sampler.source(model, state.policy_step),
+                                        state.policy_version, state.policy_step)
     try:
         state = loop(run)
     finally:
@@ -232,12 +254,13 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
             run.sampler.close()
     found = pathology.detect(state.curves, params.pathology)
     model.eval()
-    if backend.rank == 0:  # (LoRA: the merged model is written, and returned)
-        model = write_policy(out_dir, model, policy, base_dir,
-                             card(base_dir, params, state, found, curriculum.report(),
-                                  decoding=rp.decoding.knobs()),
-                             adapter=params.lora.save_adapter)
-    backend.barrier()  # no rank returns before the policy directory exists
+    with backend.full_weights():  # (ZeRO-3: gathered on every rank, written by rank 0)
+        if backend.rank == 0:  # (LoRA: the merged model is written, and returned)
+            model = write_policy(out_dir, model, policy, base_dir,
+                                 card(base_dir, params, state, found, curriculum.report(),
+                                      decoding=rp.decoding.knobs()),
+                                 adapter=params.lora.save_adapter)
+    backend.finish()  # no rank returns before the policy directory exists
     return GRPOResult(out_dir=Path(out_dir), steps=state.step, policy_step=state.policy_step,
                       policy_version=state.policy_version, curves=state.curves,
                       flags=pathology.flags(found), findings=found, ledger=state.ledger,
@@ -292,15 +315,17 @@ def _publish(run: Run, optimizer_steps: int, metrics: dict[str, float]) -> None:
     (loaded now, or by the async producer before its next draw)."""
     state = run.state
     state.policy_step += optimizer_steps
-    state.policy_version = state_version(run.model)  # the same weights on every rank
+    t_sync = time.perf_counter()
+    with run.backend.full_weights():  # (ZeRO-3: gathered on every rank, for this block)
+        state.policy_version = state_version(run.model)  # the same weights on every rank
+        if run.sampler is not None:
+            source = run.sampler.source(run.model, state.policy_step)
+            if run.producer is not None:  # loaded by the producer before its next draw
+                run.producer.publish(source, state.policy_version, state.policy_step)
+            else:
+                run.acting.sync_weights(source, state.policy_version, state.policy_step)
     state.published.append(state.policy_step)
     if run.sampler is not None:
-        t_sync = time.perf_counter()
-        source = run.sampler.source(run.model, state.policy_step)
-        if run.producer is not None:  # loaded by the producer before its next draw
-            run.producer.publish(source, state.policy_version, state.policy_step)
-        else:
-            run.acting.sync_weights(source, state.policy_version, state.policy_step)
         metrics["time/weight_sync_s"] = time.perf_counter() - t_sync
 
 
@@ -319,14 +344,15 @@ def _record(run: Run, step: int, metrics: dict[str, float]) -> list[pathology.Fi
     return found
 
 
-def _open_sampling(run: Run, start_dir: Path, *, by_id: Mapping[str, Task], rp: RolloutParams,
+def _open_sampling(run: Run, whole, start_dir: Path, *, by_id: Mapping[str, Task], rp: RolloutParams,
                    sandbox_params: SandboxParams, sandbox, verifier: Verifier,
                    wrap_engine: Callable[[Any], Any] | None) -> None:
     """Rank 0's sampler (its own copy of the weights, in process or a vLLM server's, given
     the trainer's through the engine protocol after every update), the acting engine, and
-    how draws are made: inline, or ahead by the async producer (`max_staleness` > 0)."""
+    how draws are made: inline, or ahead by the async producer (`max_staleness` > 0).
+    `whole`: the trained model with its weights whole (its copy before ZeRO-3 sharded it)."""
     state, params = run.state, run.params
-    run.sampler = open_sampler(params.engine, run.model, run.policy.tokenizer, start_dir,
+    run.sampler = open_sampler(params.engine, whole, run.policy.tokenizer, start_dir,
                                policy_version=state.policy_version,
                                policy_step=state.policy_step, options=params.engine_options,
                                sync_dir=run.run_dir / SYNC_DIR)

@@ -83,7 +83,8 @@ def sequences(groups: Sequence[Mapping[str, Any]], params: GRPOParams,
 def collate(seqs: Sequence[Seq], idx: Sequence[int], device) -> dict[str, torch.Tensor]:
     """Right-padded next-token tensors of `idx`: ids [b, L]; mask, behaviour, turns
     [b, L-1] (position j = token j+1); adv [b]; allowed [N, W] (the grammar masks of the
-    mask's N positions, row-major: `sequence_logprobs`' order) or None."""
+    mask's N positions, row-major: `sequence_logprobs`' order) or None; and the rows' real
+    lengths (a list: what a packed forward takes)."""
     L = max(len(seqs[i].ids) for i in idx)
     b = len(idx)
     ids = torch.zeros(b, L, dtype=torch.long)
@@ -95,6 +96,7 @@ def collate(seqs: Sequence[Seq], idx: Sequence[int], device) -> dict[str, torch.
         ids[row, :n], mask[row, :n] = s.ids, s.mask
         beh[row, :n], turns[row, :n] = s.behaviour, s.turns
     return {"ids": ids.to(device), "mask": mask[:, 1:].to(device),
+            "lengths": [len(seqs[i].ids) for i in idx],
             "behaviour": beh[:, 1:].to(device), "turns": turns[:, 1:].clamp(min=0).to(device),
             "adv": torch.tensor([seqs[i].advantage for i in idx], dtype=torch.float32,
                                 device=device),

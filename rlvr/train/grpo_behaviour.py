@@ -14,6 +14,7 @@ from rlvr.engines.base import SamplingParams
 from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.logprobs import sequence_logprobs
 from rlvr.rl.importance import logprob_mismatch
+from rlvr.train.backend import idle_forwards
 from rlvr.train.batching import micro_batches
 from rlvr.train.grpo_batch import check_scoring, collate, seq_of
 from rlvr.train.grpo_config import GRPOParams
@@ -135,26 +136,32 @@ def behaviour_metrics(model, rows: Sequence[Mapping[str, Any]], scoring: Samplin
 def behaviour_tally(model, rows: Sequence[Mapping[str, Any]], scoring: SamplingParams,
                     params: GRPOParams, tally: BehaviourTally | None = None,
                     grammar: TokenGrammar | None = None,
-                    call_token: int | None = None) -> BehaviourTally:
+                    call_token: int | None = None, backend=None) -> BehaviourTally:
     """`behaviour_metrics`' no-grad pass (eval mode) over `rows`, into `tally` (or a new one,
-    splitting the entropy at `call_token` when given)."""
+    splitting the entropy at `call_token` when given). `backend`: this rank's, whose
+    ranks each score their share of the rows (under ZeRO-3 a rank with fewer forwards
+    makes idle ones: a forward needs every rank)."""
     check_scoring(scoring, grammar)
     tally = tally if tally is not None else BehaviourTally(call_token=call_token)
     rows = [r for r in rows if r["logprobs_kind"] == "behaviour" and sum(r["loss_mask"]) > 0]
-    if not rows:
-        return tally
     seqs = [seq_of(r, 0.0, grammar) for r in rows]
+    micros = micro_batches([len(s.ids) for s in seqs], range(len(seqs)),
+                           params.micro_batch_tokens, packed=params.packed)
+    idle = backend.extra_forwards(len(micros)) if backend is not None else 0
+    head_calls = backend.head_calls if backend is not None else None
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            for micro in micro_batches([len(s.ids) for s in seqs], range(len(seqs)),
-                                       params.micro_batch_tokens):
+            for micro in micros:
                 b = collate(seqs, micro, params.device)
                 sc = sequence_logprobs(model, b["ids"], None, scoring, only=b["mask"],
                                        allowed=b["allowed"], with_entropy=True,
-                                       chunk_tokens=params.head_chunk_tokens)
+                                       chunk_tokens=params.head_chunk_tokens,
+                                       head_calls=head_calls,
+                                       lengths=b["lengths"] if params.packed else None)
                 tally.add_batch(sc, b)
+        idle_forwards(model, idle, params.device, head_calls)
     finally:
         model.train(was_training)
     return tally

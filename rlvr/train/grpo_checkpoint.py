@@ -79,8 +79,8 @@ def load_optimizer(ckpt: Path, state: LoopState, backend) -> None:
         raise ConfigError(f"grpo: checkpoint {ckpt} holds the optimizer state of "
                           f"{state.world} rank(s); this run has {backend.world} (resume "
                           "with the same number of ranks, or start a new work_dir)")
-    backend.opt.load_state_dict(torch.load(ckpt / optimizer_file(backend.rank),
-                                           weights_only=True))
+    backend.load_optimizer_state(torch.load(ckpt / optimizer_file(backend.rank),
+                                            weights_only=True))
 
 
 def save_checkpoint(run_dir: Path, model, backend, policy, base_dir: Path, params: GRPOParams,
@@ -90,12 +90,15 @@ def save_checkpoint(run_dir: Path, model, backend, policy, base_dir: Path, param
     `keep_checkpoints` (and any of a longer earlier run, past this step) are removed."""
     dest = run_dir / "checkpoints" / f"step-{state.step:06d}"
     # ZeRO >= 1 partitions the optimizer state: every rank's part is kept (rank 0 writes)
-    opts = backend.gather(backend.opt.state_dict())
+    opts = backend.gather(backend.optimizer_state())
+    with backend.full_weights():  # (ZeRO-3: the weights gathered on every rank)
+        if backend.rank == 0:
+            extra = {**{optimizer_file(r): o for r, o in enumerate(opts)},
+                     STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
+            write_policy(dest, model, policy, base_dir,
+                         card(base_dir, params, state, found, None), extra=extra,
+                         adapter_only=is_lora(model))
     if backend.rank == 0:
-        extra = {**{optimizer_file(r): o for r, o in enumerate(opts)},
-                 STATE: json.dumps(dataclasses.asdict(state), sort_keys=True)}
-        write_policy(dest, model, policy, base_dir, card(base_dir, params, state, found, None),
-                     extra=extra, adapter_only=is_lora(model))
         ckpts = checkpoints(run_dir)
         later = [c for c in ckpts if int(c.name.split("-")[1]) > state.step]  # of a longer run
         mine = [c for c in ckpts if c not in later]

@@ -74,6 +74,11 @@ class GRPOParams:
     micro_batch_tokens: int = 16384
     """Padded tokens per forward/backward pass (memory; the update does not depend on it:
     every loss normaliser is the mini-batch's, fixed before the first micro-batch)."""
+    packed: bool = False
+    """Padding-free micro-batches for the update's (and the behaviour pass's) forwards: the
+    rows of each run packed into one row, up to `micro_batch_tokens` real tokens
+    (rlvr/engines/logprobs.py). The loss, its masks and normalisers (SPEC §7) are unchanged,
+    so are the gradients; the model must take packed positions (checked at load)."""
     head_chunk_tokens: int = 4096
     """Rows of logits per LM-head chunk (peak memory of the head; results unchanged)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -91,6 +96,10 @@ class GRPOParams:
     (`torchrun`, `deepspeed`) the deepspeed backend trains data-parallel over whole groups;
     rank 0 rolls out (rlvr/train/grpo.py, data-parallel)."""
     zero_stage: int = 0
+    """0-3 under `backend: deepspeed`: 1-2 shard the optimizer state and gradients over the
+    ranks, 3 the parameters too (each forward then needs every rank; rank 0 samples from a
+    whole copy with the torch engine — use `engine: vllm` for a model that needs ZeRO-3; not
+    with `lora`). rlvr/train/grpo.py, ZeRO-3."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them
     (HF gradient checkpointing, rlvr/train/backend.py): activation memory ~one layer's for
@@ -201,8 +210,9 @@ class GRPOParams:
             "max_draws": self.max_draws,
             "dynamic_sampling": "drop identical-reward groups; keep drawing to "
                                 "groups_per_step or max_draws",
-            "grad_accumulation": "micro-batches of <= micro_batch_tokens padded tokens; "
-                                 "normaliser fixed per mini-batch",
+            "grad_accumulation": ("micro-batches of <= micro_batch_tokens "
+                                  + ("real tokens, packed" if self.packed else "padded tokens")
+                                  + "; normaliser fixed per mini-batch"),
             "entropy_coef": self.entropy.coef,
             "entropy_band": [self.entropy.h_min, self.entropy.h_max],
             "entropy_eta": self.entropy.eta,

@@ -21,12 +21,13 @@ from rlvr.engines.base import SamplingParams
 from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.logprobs import sequence_logprobs
 from rlvr.rl.loss import GRPOLossConfig, grpo_loss
+from rlvr.train.backend import idle_forwards, is_sharded
 from rlvr.train.batching import micro_batches
 from rlvr.train.grpo_batch import (Seq, check_scoring, collate, rank_groups, sequences,
                                    split_groups)
 from rlvr.train.grpo_behaviour import BehaviourTally, behaviour_tally, same_in_train_mode
 from rlvr.train.grpo_config import GRPOParams
-from rlvr.train.lora import reference_model
+from rlvr.train.lora import AdaptersOff, reference_model
 
 
 def lr_at(optimizer_step: int, params: GRPOParams) -> float:
@@ -56,7 +57,7 @@ def train_on(model, backend, groups: Sequence[Mapping[str, Any]], params: GRPOPa
     rest = [r for g in groups if not (fused and g["status"] == "accepted") for r in g["rows"]]
     # several ranks: each scores its share of the rows, the tallies are joined below
     tally = behaviour_tally(model, rest[backend.rank::backend.world], scoring, params,
-                            grammar=grammar, call_token=call_token)
+                            grammar=grammar, call_token=call_token, backend=backend)
     if kept:
         out = update_policy(model, backend, kept, params, scoring, reference, entropy_coef,
                             policy_step, tally=tally if fused else None, grammar=grammar)
@@ -103,8 +104,10 @@ def update_policy(model, backend, groups: Sequence[Mapping[str, Any]], params: G
     check_scoring(scoring, grammar)
     seqs = sequences(groups, params, grammar)
     layout = rank_layout(seqs, len(groups), params, backend.rank, backend.world)
-    score = _Scorer(scoring, entropy_coef, params.head_chunk_tokens)
-    old, ref = _old_and_reference(model, reference, seqs, layout, params.device, score, tally)
+    score = _Scorer(scoring, entropy_coef, params.head_chunk_tokens, params.packed,
+                    backend.head_calls)
+    old, ref = _old_and_reference(model, backend, reference, seqs, layout, params.device,
+                                  score, tally)
     up = _Update(model=model, backend=backend, seqs=seqs, params=params, score=score, old=old,
                  ref=ref, tally=tally)
     steps, losses, norms = 0, [], []
@@ -158,7 +161,8 @@ def rank_layout(seqs: Sequence[Seq], n_groups: int, params: GRPOParams, rank: in
 
     def shard_layout(r: int) -> list[list[list[int]]]:
         return [micro_batches(lengths, [gi * G + k for gi in rank_groups(part, r, world)
-                                        for k in range(G)], params.micro_batch_tokens)
+                                        for k in range(G)], params.micro_batch_tokens,
+                              packed=params.packed)
                 for part in parts]
 
     layouts = [shard_layout(r) for r in range(world)]
@@ -176,22 +180,30 @@ class _Scorer:
     scoring: SamplingParams
     entropy_coef: float
     chunk_tokens: int
+    packed: bool = False
+    head_calls: Any = None  # the backend's (ZeRO-3): for the trained model's forwards only
 
     def __call__(self, m, batch, grad: bool, entropy: bool = False):
         with torch.set_grad_enabled(grad):
             return sequence_logprobs(m, batch["ids"], None, self.scoring, only=batch["mask"],
                                      allowed=batch["allowed"], with_entropy=entropy,
                                      entropy_grad=grad and bool(self.entropy_coef),
-                                     chunk_tokens=self.chunk_tokens)
+                                     chunk_tokens=self.chunk_tokens,
+                                     lengths=batch["lengths"] if self.packed else None,
+                                     head_calls=self.head_calls if is_sharded(m) else None)
 
 
-def _old_and_reference(model, reference, seqs: Sequence[Seq], layout: Layout, device,
-                       score: _Scorer, tally: BehaviourTally | None
+def _old_and_reference(model, backend, reference, seqs: Sequence[Seq], layout: Layout,
+                       device, score: _Scorer, tally: BehaviourTally | None
                        ) -> tuple[dict[tuple, torch.Tensor], dict[tuple, torch.Tensor]]:
     """Before the first optimizer step, per micro-batch: π_old of the mini-batches after the
     first (a no-grad forward; the first one's comes from its own epoch-0 forward) and the
-    frozen reference's logprobs (when the loss has a KL term)."""
+    frozen reference's logprobs (when the loss has a KL term). Under ZeRO-3 a rank with
+    fewer of these forwards of the trained model makes idle ones (`extra_forwards`)."""
     old, ref = {}, {}
+    per_micro = 1 if isinstance(reference, AdaptersOff) else 0  # (the trained model's forward)
+    mine = sum(len(m) * ((j > 0) + per_micro) for j, m in enumerate(layout.micros))
+    idle = backend.extra_forwards(mine)
     for j, micros in enumerate(layout.micros):
         for micro in micros:
             batch = collate(seqs, micro, device)
@@ -203,6 +215,7 @@ def _old_and_reference(model, reference, seqs: Sequence[Seq], layout: Layout, de
             if reference is not None:
                 with reference_model(reference) as m:
                     ref[tuple(micro)] = score(m, batch, False).logprobs.detach()
+    idle_forwards(model, idle, device, backend.head_calls)
     return old, ref
 
 

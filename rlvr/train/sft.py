@@ -36,6 +36,7 @@ in `SFTResult` for the stage's metrics.
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 import random
@@ -50,7 +51,8 @@ from tqdm import tqdm
 from rlvr.engines.logprobs import sequence_logprobs
 from rlvr.engines.model_dir import load_policy
 from rlvr.errors import ConfigError
-from rlvr.train.backend import BackendParams, build_backend
+from rlvr.train.backend import (BackendParams, build_backend, launch_rank, require_packing,
+                                shards_parameters)
 from rlvr.train.batching import micro_batches
 from rlvr.train.curves import LogFn
 from rlvr.train.lora import apply_lora
@@ -111,6 +113,17 @@ def collate(examples: Sequence[Example], idx: Sequence[int],
         n = len(examples[i].ids)
         ids[r, :n], mask[r, :n] = examples[i].ids, examples[i].mask
     return ids.to(device), mask[:, 1:].to(device)
+
+
+def nll(model, examples: Sequence[Example], idx: Sequence[int], normaliser: int,
+        p: SFTParams, head_calls=None) -> torch.Tensor:
+    """The policy-token NLL of rows `idx` / `normaliser`, one forward (packed with `p.packed`;
+    `head_calls`: the backend's, `sequence_logprobs`)."""
+    ids, only = collate(examples, idx, p.device)
+    lengths = [len(examples[i].ids) for i in idx] if p.packed else None
+    lp = sequence_logprobs(model, ids, None, only=only, chunk_tokens=p.head_chunk_tokens,
+                           lengths=lengths, head_calls=head_calls).logprobs
+    return masked_nll(lp, only, normaliser)
 
 
 def lr_at(step: int, total: int, p: SFTParams) -> float:
@@ -195,6 +208,11 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
     torch.manual_seed(params.seed)
     policy = load_policy(base_dir, device=params.device, dtype=params.dtype)
     model = apply_lora(policy.model, params.lora, "sft") if params.lora.enabled else policy.model
+    if params.packed:
+        require_packing(model, "sft")
+    # under ZeRO-3 a forward needs every rank, so rank 0's probe samples from a whole copy
+    probe = (copy.deepcopy(model) if on_eval is not None and shards_parameters(params)
+             and launch_rank() == 0 else None)
     backend = build_backend(model, BackendParams.of(params), "sft")
     train, val = to_examples(train_rows), to_examples(val_rows)
     lengths = [len(e.ids) for e in train]
@@ -211,7 +229,8 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         n_policy = sum(train[i].n_policy for i in batch)  # the normaliser, once per step
         loss_step = 0.0
         layouts = [micro_batches(lengths, rank_shard(lengths, batch, r, backend.world),
-                                 params.micro_batch_tokens) for r in range(backend.world)]
+                                 params.micro_batch_tokens, packed=params.packed)
+                   for r in range(backend.world)]
         micros = layouts[backend.rank]
         # ZeRO >= 2 reduces gradients at every backward, so every rank makes as many backward
         # calls as the busiest one; an extra one back-propagates 0 x a real forward (of the
@@ -220,15 +239,15 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         idle = [min(batch, key=lambda i: lengths[i])]
         for k in range(n_backward):
             own = k < len(micros)
-            ids, only = collate(train, micros[k] if own else idle, params.device)
-            lp = sequence_logprobs(model, ids, None, only=only,
-                                   chunk_tokens=params.head_chunk_tokens).logprobs
-            loss = masked_nll(lp, only, n_policy) * (1.0 if own else 0.0)
+            rows = micros[k] if own else idle
+            loss = nll(model, train, rows, n_policy, params, backend.head_calls) * (
+                1.0 if own else 0.0)
             # ranks' gradients are averaged: x world makes the average their sum
             backend.backward(loss * backend.world, last=k == n_backward - 1)
             if own:
                 loss_step += float(loss.detach())
-                npad += ids.numel()
+                npad += (sum(lengths[i] for i in rows) if params.packed
+                         else len(rows) * max(lengths[i] for i in rows))
         loss_step = backend.all_sum(loss_step)
         grad_norm = backend.step(lr_at(step - 1, total, params))
         tok += sum(lengths[i] for i in batch)
@@ -241,7 +260,8 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
         bar.set_postfix(loss=f"{loss_step:.3f}")
         if step == total or (params.eval_every and step % params.eval_every == 0):
             rec = _evaluate(model, val, params, step, sum(window) / len(window),
-                            on_eval if backend.rank == 0 else None)
+                            _probe_callback(on_eval, probe, model, backend, params),
+                            backend.head_calls)
             rec = backend.from_rank0(rec)  # the probe's numbers, so every rank stops alike
             window.clear()
             evals.append(rec)
@@ -262,32 +282,54 @@ def train_sft(base_dir: Path | str, train_rows: Sequence[dict[str, Any]],
     result = SFTResult(out_dir=Path(out_dir), steps=step, stop_reason=stop, train_loss=loss_step,
                        val_loss=final_val, evals=evals, tokens=tok, trainable_tokens=ntok,
                        padded_tokens=int(backend.all_sum(npad)), seconds=seconds)
-    if backend.rank == 0:
-        result.model = write_sft_policy(model, policy, base_dir, train_rows, val_rows, params,
-                                        result)
-    backend.barrier()  # no rank returns before the directory exists
+    with backend.full_weights():  # (ZeRO-3: gathered on every rank, written by rank 0)
+        if backend.rank == 0:
+            result.model = write_sft_policy(model, policy, base_dir, train_rows, val_rows,
+                                            params, result)
+    backend.finish()  # no rank returns before the directory exists
     return result
 
 
-def _evaluate(model, val, params, step, train_loss, on_eval) -> dict[str, float]:
+def _evaluate(model, val, params, step, train_loss, on_eval,
+              head_calls=None) -> dict[str, float]:
     """Validation loss (policy-token NLL over all val demonstrations) + the callback's numbers."""
     rec: dict[str, float] = {"step": step, "train/loss_mean": train_loss}  # since last eval
     model.eval()
     with torch.no_grad():
         if val:
-            nll, n = 0.0, sum(e.n_policy for e in val)
+            n = sum(e.n_policy for e in val)
+            total = 0.0
             for micro in micro_batches([len(e.ids) for e in val], range(len(val)),
-                                       params.micro_batch_tokens):
-                ids, only = collate(val, micro, params.device)
-                lp = sequence_logprobs(model, ids, None, only=only,
-                                       chunk_tokens=params.head_chunk_tokens).logprobs
-                nll += float(masked_nll(lp, only, n))
-            rec["val/loss"] = nll
+                                       params.micro_batch_tokens, packed=params.packed):
+                total += float(nll(model, val, micro, n, params, head_calls))
+            rec["val/loss"] = total
         if on_eval is not None:
             extra = on_eval(step, model) or {}
             rec.update({f"eval/{k}": float(v) for k, v in extra.items()})
     model.train()
     return rec
+
+
+def _probe_callback(on_eval: EvalFn | None, probe, model, backend,
+                    params: SFTParams) -> EvalFn | None:
+    """What this rank calls at an evaluation: rank 0 the callback, the others nothing (they
+    get rank 0's numbers). Under ZeRO-3 a forward needs every rank, so rank 0 probes a whole
+    copy (`probe`) instead: every rank gathers the weights (a collective) and rank 0 loads
+    them into the copy first."""
+    if on_eval is None or (backend.rank != 0 and not shards_parameters(params)):
+        return None
+    if not shards_parameters(params):
+        return on_eval
+
+    def call(step: int, _model) -> dict[str, float]:
+        with backend.full_weights():
+            if probe is not None:
+                probe.load_state_dict(model.state_dict())
+        if probe is None:
+            return {}
+        probe.eval()
+        return on_eval(step, probe)
+    return call
 
 
 # ---- model ------------------------------------------------------------------------------------

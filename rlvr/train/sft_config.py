@@ -68,6 +68,11 @@ class SFTParams:
     # Padded tokens per forward/backward pass: the memory knob. Micro-batches are
     # length-sorted and right-padded; the loss and its gradient do not depend on it.
     micro_batch_tokens: int = 16384
+    # Padding-free micro-batches: each one's rows run packed into one row (position ids
+    # restart per row; rlvr/engines/logprobs.py), filled up to `micro_batch_tokens` real
+    # tokens whatever their lengths. Same loss and gradients; the model must take packed
+    # positions (checked at load: a ConfigError naming this key otherwise).
+    packed: bool = False
     # Longest demonstration (tokens) trained on; longer ones are dropped at selection with
     # reason `too_long` — a transcript is never truncated (it would end mid-turn).
     max_seq_len: int = 8192
@@ -84,7 +89,8 @@ class SFTParams:
     dtype: Literal["float32", "bfloat16"] = "float32"   # weights and compute
     device: str = "cpu"
     # torch: plain AdamW. deepspeed: the same AdamW under a DeepSpeed engine with ZeRO
-    # `zero_stage` (0-2; gloo on CPU, nccl on GPUs), e.g. to shard optimizer state on GPUs;
+    # `zero_stage` (0-3; gloo on CPU, nccl on GPUs): 1-2 shard optimizer state and gradients,
+    # 3 the parameters too (gathered per layer inside each forward);
     # data-parallel over the ranks a launcher starts (rlvr/train/backend.py).
     backend: Literal["torch", "deepspeed"] = "torch"
     zero_stage: int = 0
