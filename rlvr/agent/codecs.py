@@ -101,10 +101,11 @@ def write_chat_card(model_dir: Path | str, setup: ChatSetup) -> None:
                + "\n")
 
 
-def load_codec(model_dir: Path | str, setup: ChatSetup | None = None
-               ) -> ChatCodec | TemplateCodec:
-    """The codec of policy directory `model_dir` (its resolved setup unless `setup`)."""
-    tokenizer = load_tokenizer(model_dir)
+def load_codec(model_dir: Path | str, setup: ChatSetup | None = None, *,
+               tokenizer=None) -> ChatCodec | TemplateCodec:
+    """The codec of policy directory `model_dir` (its resolved setup unless `setup`; its
+    tokenizer unless one already loaded from it is given)."""
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_dir)
     setup = setup or resolve_chat(model_dir, tokenizer=tokenizer)
     if not setup.templated:
         try:

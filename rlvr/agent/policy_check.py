@@ -99,7 +99,7 @@ def check_policy(model_dir: Path | str, tool_call_format: str = AUTO,
     setup = resolve_chat(d, tool_call_format, thinking=bool(thinking), tokenizer=tokenizer)
     if thinking is not None and setup.thinking != thinking:
         setup = type(setup)(setup.tool_call_format, thinking, setup.template_hash)
-    codec = load_codec(d, setup)
+    codec = load_codec(d, setup, tokenizer=tokenizer)
     fmt = codec.format
     report = PolicyReport(str(d), fmt.name, codec.thinking, codec.template_hash,
                           codec.vocab_size, _context_length(d, tokenizer),

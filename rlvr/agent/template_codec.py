@@ -45,6 +45,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from rlvr.agent.token_text import MarkedText, marker_ids, plain_tokenizer
 from rlvr.errors import ConfigError
 from rlvr.toolcalls.base import ToolCallFormat
 
@@ -125,12 +126,7 @@ class TemplateCodec:
             raise ChatTemplateError(f"{name or 'tokenizer'}: needs a fast (tokenizers-backed) "
                                     "tokenizer")
         self.added = {t.content: i for i, t in tokenizer.added_tokens_decoder.items()}
-        # plain: no added token is matched in text (all marked special, special matching off)
-        spec = json.loads(backend.to_str())
-        for added in spec.get("added_tokens", []):
-            added["special"] = True
-        self.plain = Tokenizer.from_str(json.dumps(spec))
-        self.plain.encode_special_tokens = True
+        self.plain = plain_tokenizer(backend)  # no added token is matched in text
         self.decoder = Tokenizer.from_str(backend.to_str())
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._split = re.compile("|".join(re.escape(t) for t in
@@ -143,7 +139,9 @@ class TemplateCodec:
         eos = tokenizer.eos_token_id
         stops = [*self.end_ids, *stop_ids, *([eos] if eos is not None else [])]
         self.stop_ids = tuple(dict.fromkeys(int(i) for i in stops))
-        self._action_markers = [m for m in fmt.markers if m in self.added]
+        # a teacher's action text: the format's markers (and thinking tags) that are added
+        # tokens of this vocabulary by id, the rest plain
+        self.encode_action = MarkedText(marker_ids(self.added, fmt.markers), self.encode_text)
         self._observation = self._observation_template()
         self.transforms = {role: self._content_transform(role)
                            for role in ("system", "user", "tool")}
@@ -238,21 +236,6 @@ class TemplateCodec:
     def encode_text(self, text: str) -> list[int]:
         """Plain text: no added token is matched inside it."""
         return self.plain.encode(text, add_special_tokens=False).ids if text else []
-
-    def encode_action(self, text: str) -> list[int]:
-        """A teacher's action text: the format's markers (and thinking tags) that are added
-        tokens of this vocabulary by id, the rest plain."""
-        if not self._action_markers:
-            return self.encode_text(text)
-        marks = re.compile("|".join(map(re.escape, sorted(self._action_markers, key=len,
-                                                          reverse=True))))
-        ids: list[int] = []
-        last = 0
-        for m in marks.finditer(text):
-            ids += self.encode_text(text[last:m.start()])
-            ids.append(self.added[m.group()])
-            last = m.end()
-        return ids + self.encode_text(text[last:])
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.decoder.decode(list(ids), skip_special_tokens=False)

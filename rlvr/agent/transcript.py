@@ -26,12 +26,12 @@ rows are rejected by the RL trainer.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rlvr.agent.token_text import MarkedText, plain_tokenizer
 from rlvr.chat_format import EOS, IM_END, IM_START, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
 from rlvr.engines.model_dir import load_tokenizer
 from rlvr.toolcalls.rlvr_format import RLVR
@@ -55,16 +55,8 @@ class ChatCodec:
         if not isinstance(backend, Tokenizer):
             raise TypeError("ChatCodec needs a fast (tokenizers-backed) tokenizer")
         self.name = name
-        serialized = backend.to_str()
-        # The chat tokens may be saved as ordinary added tokens (`special: false`), which
-        # `encode_special_tokens` would still match in text: mark them all special first.
-        spec = json.loads(serialized)
-        for added in spec.get("added_tokens", []):
-            if added.get("content") in SPECIAL_TOKENS:
-                added["special"] = True
-        self.plain = Tokenizer.from_str(json.dumps(spec))
-        self.plain.encode_special_tokens = True
-        self.decoder = Tokenizer.from_str(serialized)
+        self.plain = plain_tokenizer(backend, lambda content: content in SPECIAL_TOKENS)
+        self.decoder = Tokenizer.from_str(backend.to_str())
         ids = {}
         for tok in SPECIAL_TOKENS:
             tid = backend.token_to_id(tok)
@@ -78,6 +70,9 @@ class ChatCodec:
         self.tool_call_end = ids[TOOL_CALL_END]
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._cache: dict[str, list[int]] = {}
+        # a teacher's action text: `<tool_call>` / `</tool_call>` by id, the rest plain
+        self.encode_action = MarkedText({TOOL_CALL: self.tool_call,
+                                         TOOL_CALL_END: self.tool_call_end}, self.encode_text)
 
     # the face every codec shares with `TemplateCodec` (rlvr.agent.template_codec)
     format = RLVR
@@ -112,23 +107,6 @@ class ChatCodec:
         if not text:
             return []
         return self.plain.encode(text, add_special_tokens=False).ids
-
-    def encode_action(self, text: str) -> list[int]:
-        """A teacher's action text: `<tool_call>` / `</tool_call>` by id, the rest plain."""
-        out: list[int] = []
-        rest = text
-        while rest:
-            i_open, i_close = rest.find(TOOL_CALL), rest.find(TOOL_CALL_END)
-            hits = [(i, tok) for i, tok in ((i_open, TOOL_CALL), (i_close, TOOL_CALL_END))
-                    if i >= 0]
-            if not hits:
-                out += self.encode_text(rest)
-                break
-            i, tok = min(hits)
-            out += self.encode_text(rest[:i])
-            out.append(self.tool_call if tok == TOOL_CALL else self.tool_call_end)
-            rest = rest[i + len(tok):]
-        return out
 
     def _cached(self, key: str, build) -> list[int]:
         ids = self._cache.get(key)

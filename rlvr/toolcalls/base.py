@@ -45,6 +45,7 @@ ACTION_ERRORS = (
 
 # name, args -> "" if valid, else a one-line reason
 Validate = Callable[[str, Any], str]
+_JSON = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,45 @@ class ToolCallFormat:
         if reason:
             return invalid("bad_args", reason)
         return ParsedAction(ToolCall(name, args))
+
+    def parse_marked(self, text: str, opens: str, closes: str, tools: Mapping[str, Any],
+                     validate: Validate | None = None, after: int = 0) -> ParsedAction:
+        """The parse of a format that wraps the call's JSON in markers (`rlvr`, `hermes`):
+        the JSON value right after the first `opens` at or after `after` (whitespace around
+        it allowed), `closes`, then only whitespace to the end of the turn. The value's
+        strings may hold the markers' spelling, so the markers are looked for around the
+        value, never inside it; each fault gets the reason kind every format gives it."""
+        start = text.find(opens, after)
+        if start < 0:
+            return invalid("missing_tool_call", f"no {opens}...{closes} in the turn")
+        count = text.count(opens, start)
+        multiple = invalid("multiple_tool_calls", f"{count} tool calls in one turn (exactly one)")
+        unterminated = invalid("unterminated_tool_call", f"{opens} without {closes}")
+        body = start + len(opens)
+        body += len(text[body:]) - len(text[body:].lstrip())
+        try:
+            obj, end = _JSON.raw_decode(text, body)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if count > 1:
+                return multiple
+            if text.find(closes, body) < 0:
+                return unterminated
+            return invalid("bad_json", f"tool call is not valid JSON: {exc}")
+        rest = text[end:].lstrip()
+        if not rest.startswith(closes):
+            if opens in rest:
+                return multiple
+            if closes not in rest:
+                return unterminated
+            return invalid("bad_json", f"tool call is not valid JSON: text after the JSON value, "
+                                       f"before {closes}")
+        tail = rest[len(closes):]
+        if tail.strip():
+            if opens in tail:
+                return multiple
+            return invalid("text_after_tool_call",
+                           f"text after {closes}; end the turn right after the call")
+        return self.check_call(obj, tools, validate)
 
     def envelope(self, name: str, args: Mapping[str, Any]) -> str:
         """The canonical JSON of one call: `{"name": ..., <args_key>: {...}}`, json.dumps'

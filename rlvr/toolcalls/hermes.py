@@ -27,8 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any, Collection, Mapping
 
-from rlvr.toolcalls.base import (ParsedAction, ToolCallFormat, Validate, invalid, regex_escape,
-                                 symbol)
+from rlvr.toolcalls.base import ParsedAction, ToolCallFormat, Validate, regex_escape, symbol
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 THINK, THINK_END = "<think>", "</think>"
@@ -38,7 +37,6 @@ _SPECIAL = ("<|endoftext|>", "<|im_start|>", IM_END)
 # tokenizer (`llguidance.hf`) treats every added token as a special token (matched by
 # reference, never by its text), and so do the grammars here.
 _ADDED = (*_SPECIAL, OPEN, CLOSE, THINK, THINK_END, "<tool_response>", "</tool_response>")
-_JSON = json.JSONDecoder()
 
 
 class HermesFormat(ToolCallFormat):
@@ -54,36 +52,7 @@ class HermesFormat(ToolCallFormat):
 
     def parse(self, text: str, tools: Mapping[str, Any],
               validate: Validate | None = None) -> ParsedAction:
-        after_thinking = _thinking_end(text)
-        start = text.find(OPEN, after_thinking)
-        if start < 0:
-            return invalid("missing_tool_call", f"no {OPEN}...{CLOSE} in the turn")
-        count = text.count(OPEN, start)
-        body = start + len(OPEN)
-        body += len(text[body:]) - len(text[body:].lstrip())
-        try:
-            obj, end = _JSON.raw_decode(text, body)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            if count > 1:
-                return _multiple(count)
-            if text.find(CLOSE, body) < 0:
-                return invalid("unterminated_tool_call", f"{OPEN} without {CLOSE}")
-            return invalid("bad_json", f"tool call is not valid JSON: {exc}")
-        rest = text[end:].lstrip()
-        if not rest.startswith(CLOSE):
-            if OPEN in rest:
-                return _multiple(count)
-            if CLOSE not in rest:
-                return invalid("unterminated_tool_call", f"{OPEN} without {CLOSE}")
-            return invalid("bad_json", f"tool call is not valid JSON: text after the JSON value, "
-                                       f"before {CLOSE}")
-        after = rest[len(CLOSE):]
-        if after.strip():
-            if OPEN in after:
-                return _multiple(count)
-            return invalid("text_after_tool_call",
-                           f"text after {CLOSE}; end the turn right after the call")
-        return self.check_call(obj, tools, validate)
+        return self.parse_marked(text, OPEN, CLOSE, tools, validate, after=_thinking_end(text))
 
     def grammar(self, schemas: Mapping[str, Mapping[str, Any]], *, end_of_turn: str | None = None,
                 special_tokens: Collection[str] | None = None) -> str:
@@ -130,10 +99,6 @@ def _thinking_end(text: str) -> int:
     if text.lstrip().startswith(THINK) or first_call < 0 or close < first_call:
         return close + len(THINK_END)
     return 0
-
-
-def _multiple(count: int) -> ParsedAction:
-    return invalid("multiple_tool_calls", f"{count} tool calls in one turn (exactly one)")
 
 
 HERMES = HermesFormat()

@@ -14,9 +14,7 @@ import json
 from typing import Any, Collection, Mapping
 
 from rlvr.chat_format import IM_END, SPECIAL_TOKENS, TOOL_CALL, TOOL_CALL_END
-from rlvr.toolcalls.base import ParsedAction, ToolCallFormat, Validate, invalid, symbol
-
-_JSON = json.JSONDecoder()
+from rlvr.toolcalls.base import ParsedAction, ToolCallFormat, Validate, symbol
 
 
 class RlvrFormat(ToolCallFormat):
@@ -33,34 +31,7 @@ class RlvrFormat(ToolCallFormat):
 
     def parse(self, text: str, tools: Mapping[str, Any],
               validate: Validate | None = None) -> ParsedAction:
-        start = text.find(TOOL_CALL)
-        if start < 0:
-            return invalid("missing_tool_call", f"no {TOOL_CALL}...{TOOL_CALL_END} in the turn")
-        body = start + len(TOOL_CALL)
-        body += len(text[body:]) - len(text[body:].lstrip())
-        try:
-            obj, end = _JSON.raw_decode(text, body)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            if text.count(TOOL_CALL) > 1:
-                return _multiple(text)
-            if text.find(TOOL_CALL_END, body) < 0:
-                return invalid("unterminated_tool_call", f"{TOOL_CALL} without {TOOL_CALL_END}")
-            return invalid("bad_json", f"tool call is not valid JSON: {exc}")
-        rest = text[end:].lstrip()
-        if not rest.startswith(TOOL_CALL_END):
-            if TOOL_CALL in rest:
-                return _multiple(text)
-            if TOOL_CALL_END not in rest:
-                return invalid("unterminated_tool_call", f"{TOOL_CALL} without {TOOL_CALL_END}")
-            return invalid("bad_json", f"tool call is not valid JSON: text after the JSON value, "
-                                       f"before {TOOL_CALL_END}")
-        after = rest[len(TOOL_CALL_END):]
-        if after.strip():
-            if TOOL_CALL in after:
-                return _multiple(text)
-            return invalid("text_after_tool_call",
-                           f"text after {TOOL_CALL_END}; end the turn right after the call")
-        return self.check_call(obj, tools, validate)
+        return self.parse_marked(text, TOOL_CALL, TOOL_CALL_END, tools, validate)
 
     def grammar(self, schemas: Mapping[str, Mapping[str, Any]], *, end_of_turn: str | None = None,
                 special_tokens: Collection[str] | None = None) -> str:
@@ -78,11 +49,6 @@ class RlvrFormat(ToolCallFormat):
             f"REASONING: /(?s:.*)/ & ~/(?s:.*)({spelled})(?s:.*)/",
             f"call: %json {json.dumps(call)}",
         ])
-
-
-def _multiple(text: str) -> ParsedAction:
-    return invalid("multiple_tool_calls",
-                   f"{text.count(TOOL_CALL)} tool calls in one turn (exactly one)")
 
 
 RLVR = RlvrFormat()
