@@ -1,6 +1,7 @@
 """LoRA in GRPO (issue 37): only the adapters train, are checkpointed, resume and reach the
 sampler; the KL reference is the base with the adapters disabled; the output is the merged
-model (what the gate registers) with the adapter beside it. On the CPU default's tiny
+model (what the gate registers: the release gate run on it registers that directory, and it
+loads as plain weights) with the adapter beside it. On the CPU default's tiny
 policy and on the tiny Qwen3 under the real 151,669-token vocabulary (Hermes calls)."""
 from __future__ import annotations
 
@@ -61,7 +62,43 @@ def _assert_only_adapters_moved(base_dir, out_dir, params):
     assert moved and all(any(t in f".{k}" for t in targets) for k in moved), moved
 
 
-def test_two_lora_steps_train_the_adapters_only_on_the_cpu_default(tmp_path, bwrap_sandbox):
+def _gate_registers(tmp_path, monkeypatch, base_dir, out_dir):
+    """The release gate run as the DAG runs it (`stages.gate`, candidate and champion
+    directories hashed and checked against their evaluation) on evidence that favours the
+    LoRA output: the registry's new version is that directory, and it loads as a plain model
+    equal to what was written."""
+    import gatekit as gk
+    from rlvr.engines.model_dir import weights_fingerprint
+    from rlvr.evaluate.report import write_eval
+    from rlvr.tracking.registry import client, find_version
+    from stages.gate import main
+
+    uri = f"sqlite:///{tmp_path / 'registry.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("RLVR_TRACKING", "off")
+    ev = tmp_path / "eval.parquet"
+    write_eval(ev, gk.rows("champ", version=weights_fingerprint(base_dir)) +
+               gk.rows("cand", {"heldout_function": gk.better_on_target},
+                       version=weights_fingerprint(out_dir)))
+    params = tmp_path / "gate-params.yaml"
+    params.write_text(json.dumps({"gate": {"candidate": "cand", "champion": "champ",
+                                           "candidate_dir": str(out_dir),
+                                           "champion_dir": str(base_dir), "bootstrap": 200}}))
+    out = tmp_path / "gate"
+    main(["--params", str(params), "--eval", str(ev), "--out", str(out / "gate.json"),
+          "--report", str(out / "gate.md"), "--metrics", str(out / "metrics.json")])
+    gate = json.loads((out / "gate.json").read_text())
+    assert gate["decision"] == "promote" and gate["registry"]["alias_moved"] is True
+    version = find_version(client(uri), "rlvr-policy", weights_fingerprint(out_dir))
+    assert version is not None and version.source == str(out_dir.resolve())
+    loaded = load_policy(version.source).model.state_dict()
+    assert not any("lora_" in k for k in loaded)                      # plain HF weights
+    written = load_policy(out_dir).model.state_dict()
+    assert all(torch.equal(loaded[k], written[k]) for k in written)
+
+
+def test_two_lora_steps_train_the_adapters_only_on_the_cpu_default(tmp_path, bwrap_sandbox,
+                                                                   monkeypatch):
     base = tiny_policy_dir()
     params = small_params(steps=2, lora=LORA)
     result = _run(tmp_path, base, params, rollout=small_rollout(**FORCED_BUDGETS),
@@ -81,6 +118,7 @@ def test_two_lora_steps_train_the_adapters_only_on_the_cpu_default(tmp_path, bwr
     opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
     adapter = load_file(str(ckpt / ADAPTER_DIR / "adapter_model.safetensors"))
     assert sum(len(g["params"]) for g in opt["param_groups"]) == len(adapter)
+    _gate_registers(tmp_path, monkeypatch, base, out)   # the merged output is what registers
 
 
 def test_a_killed_lora_run_resumes_to_the_same_adapters(tmp_path, bwrap_sandbox):
