@@ -17,7 +17,7 @@ Entry points (all address the module-level flow `rlvr_pipeline`):
     python -m flows.pipeline rollout --upstream    # rollout and every stage it depends on
     python -m flows.pipeline -S rollout.seed=1     # `dvc exp run -S` semantics, per-stage tasks
     python -m flows.pipeline --serve               # the scheduled deployment (NIGHTLY)
-    prefect deploy flows/pipeline.py:rlvr_pipeline # for a work pool
+    prefect deploy flows/pipeline.py:rlvr_pipeline # one process; work pools: flows/pools.py
 
 Failures. A stage that exits non-zero (2 = bad input, 1 = a bug) fails its task at once with
 `StageFailed` naming the stage and exit code; it is not retried, a re-run would fail the

@@ -16,12 +16,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class DagStage:
     """One pipeline stage as DVC sees it. `upstream`: the stages whose outs it depends on
     (direct edges of DVC's graph); `metrics`: its metrics files, relative to the repo root;
-    `params`: the params it reads, as `FILE:KEY` (a key may be a whole section)."""
+    `params`: the params it reads, as `FILE:KEY` (a key may be a whole section); `outs`: every
+    path it writes (outs, metrics, plots), relative to the repo root."""
 
     name: str
     upstream: tuple[str, ...]
     metrics: tuple[str, ...]
     params: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()
 
 
 def project_root(root: Path | str | None) -> Path:
@@ -61,7 +63,8 @@ def load_dag(root: Path | str | None = None) -> dict[str, DagStage]:
                     name=name, upstream=tuple(_address(u, root) for u in ups),
                     metrics=tuple(_relative(m.fs_path, root) for m in stage.metrics),
                     params=tuple(f"{d.def_path}:{key}" for d in stage.deps
-                                 if isinstance(d, ParamsDependency) for key in d.params))
+                                 if isinstance(d, ParamsDependency) for key in d.params),
+                    outs=tuple(_relative(o.fs_path, root) for o in stage.outs))
             return dag
     except DvcException as exc:
         raise ConfigError(f"{root / 'dvc.yaml'}: cannot read the DAG: {exc}") from None
@@ -133,6 +136,13 @@ def stages_needing(dag: dict[str, DagStage], overrides: Sequence[str]) -> list[s
     return [name for name in dag if name in needed]
 
 
+def stage_target(root: Path, name: str) -> str:
+    """Stage `name` as a DVC target from any working directory (DVC resolves a bare name
+    against the current one): `ROOT/dvc.yaml:name`, or `ROOT/sub/dvc.yaml:name`."""
+    file, _, stage = name.rpartition(":")
+    return f"{root / (file or 'dvc.yaml')}:{stage}"
+
+
 def stage_changes(root: Path | str | None, name: str) -> list[str] | None:
     """What DVC's status finds changed in stage `name` alone (`Repo.status([name])`, as
     `dvc status NAME`: its deps, outs, params or command against dvc.lock), [] when it is up
@@ -140,12 +150,9 @@ def stage_changes(root: Path | str | None, name: str) -> list[str] | None:
     from dvc.repo import Repo
 
     root = project_root(root)
-    # DVC resolves a target against the working directory: address it from the root
-    file, _, stage = name.rpartition(":")
-    target = f"{root / (file or 'dvc.yaml')}:{stage}"
     try:
         with Repo(str(root)) as repo:
-            status = repo.status(targets=[target])
+            status = repo.status(targets=[stage_target(root, name)])
     except Exception:  # noqa: BLE001 - a report's detail must never fail the stage
         return None
     changes: list[str] = []
