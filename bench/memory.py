@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -81,11 +82,13 @@ def side(a) -> None:
     from rlvr.train.grpo_update import update_policy
     from rlvr.train.lora import RLLoraParams, apply_lora
 
+    zero = {"backend": "deepspeed", "zero_stage": a.zero} if a.zero >= 0 else {}
     params = parse_grpo_params({
         "steps": 1, "group_size": 2, "groups_per_step": a.seqs // 2, "tasks_per_draw": 1,
         "max_draws": 1, "consensus_runs": 1, "epochs": 1, "micro_batch_tokens": a.micro,
-        "activation_checkpointing": a.ckpt, "head_chunk_tokens": 1024,
-        "lora": {"enabled": a.lora > 0, "r": max(a.lora, 1), "alpha": 2 * max(a.lora, 1)}})
+        "activation_checkpointing": a.ckpt, "head_chunk_tokens": a.head_chunk, "packed": a.packed,
+        "lora": {"enabled": a.lora > 0, "r": max(a.lora, 1), "alpha": 2 * max(a.lora, 1)},
+        **zero})
     model = load_policy(a.model_dir).model
     n_total = sum(q.numel() for q in model.parameters())
     if a.lora:
@@ -94,11 +97,15 @@ def side(a) -> None:
     model.train()
     g = torch.Generator().manual_seed(0)
     V = model.config.vocab_size
+
+    def length(i: int) -> int:  # --vary: every other sequence a quarter as long
+        return a.tokens // 4 if a.vary and i % 2 else a.tokens
+
     groups = [{"rewards": [1.0, 0.0], "status": "accepted", "rows": [
-        {"trajectory_id": f"g{gi}#{si}", "token_ids": torch.randint(0, V, (a.tokens,), generator=g).tolist(),
-         "loss_mask": [0] + [1] * (a.tokens - 1), "logprobs": [0.0] + [-1.0] * (a.tokens - 1),
-         "turn_ids": [-1] + [0] * (a.tokens - 1), "n_turns": 1, "logprobs_kind": "behaviour"}
-        for si in range(2)]} for gi in range(a.seqs // 2)]
+        {"trajectory_id": f"g{gi}#{si}", "token_ids": torch.randint(0, V, (n,), generator=g).tolist(),
+         "loss_mask": [0] + [1] * (n - 1), "logprobs": [0.0] + [-1.0] * (n - 1),
+         "turn_ids": [-1] + [0] * (n - 1), "n_turns": 1, "logprobs_kind": "behaviour"}
+        for si, n in ((si, length(2 * gi + si)) for si in range(2))]} for gi in range(a.seqs // 2)]
     base = rss_mb()  # the high-water mark after loading: the weights resident
     backend = build_backend(model, BackendParams.of(params), "bench")
     # Two updates: AdamW allocates its state at the first step, so only the second one's
@@ -109,7 +116,9 @@ def side(a) -> None:
     t0 = time.perf_counter()
     update_policy(model, backend, groups, params, scoring, None, 0.0, 1)
     seconds = time.perf_counter() - t0
+    backend.finish()
     print("RESULT " + json.dumps({"peak_mb": rss_mb(), "loaded_mb": base, "seconds": seconds,
+                                  "rank": backend.rank,
                                   "params_total": n_total, "params_trainable": n_train,
                                   "hidden": model.config.hidden_size,
                                   "layers": model.config.num_hidden_layers}), flush=True)
@@ -199,6 +208,43 @@ def project(fit_: dict, micro_tokens: int = 16384, head_chunk: int = 4096) -> li
     return rows
 
 
+def results(stdout: str) -> list[dict]:
+    """Every RESULT object a side printed: two ranks under torchrun may interleave their lines,
+    so objects are found anywhere in the text (they are flat JSON: no nested braces)."""
+    return [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", stdout)]
+
+
+def variants(a) -> None:
+    """Packed vs padded and ZeRO 0 / 2 / 3 on `--model` at the real vocabulary, same data
+    per comparison, full fine-tune, checkpointing off: one line each, then one JSON line."""
+    rows = []
+    env = {**os.environ, "RLVR_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        d = build(a.model, a.layers, Path(tmp) / f"{a.model}-L{a.layers}")
+        common = ["--side", "--model-dir", str(d), "--tokens", str(a.tokens), "--seqs",
+                  str(a.seqs), "--micro", str(a.micro), "--head-chunk", str(a.head_chunk)]
+        runs = [(f"{'packed' if p else 'padded'}, lengths {a.tokens} / {a.tokens // 4}",
+                 [sys.executable, __file__, *common, "--threads", str(a.threads), "--vary"]
+                 + (["--packed"] if p else [])) for p in (False, True)]
+        runs += [(f"ZeRO {z}, 2 ranks", [sys.executable, "-m", "torch.distributed.run",
+                                         "--nproc-per-node", "2", "--master-port", "0",
+                                         "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                         "127.0.0.1:0", __file__, *common, "--threads", "1",
+                                         "--zero", str(z)]) for z in (0, 2, 3)]
+        for name, cmd in runs:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+            found = results(done.stdout)
+            if done.returncode or not found:
+                sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
+            for found_row in found:
+                r = {"config": name, **found_row}
+                rows.append(r)
+                print(f"{name:<32} rank {r['rank']}  loaded {r['loaded_mb']:7.0f} MB  peak "
+                      f"{r['peak_mb']:7.0f} MB  update +{r['peak_mb'] - r['loaded_mb']:6.0f} MB  "
+                      f"{r['seconds']:6.2f} s", flush=True)
+    print(json.dumps({"variants": rows, "args": vars(a)}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny-qwen3 only")
@@ -211,9 +257,21 @@ def main() -> None:
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--lora", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--head-chunk", type=int, default=1024, help="head_chunk_tokens")
+    ap.add_argument("--packed", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--vary", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--zero", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="tiny-qwen3", choices=["tiny-qwen3", "qwen0.5b"],
+                    help="with --variants: the model shape")
+    ap.add_argument("--layers", type=int, default=2, help="with --variants: its layers")
+    ap.add_argument("--variants", action="store_true",
+                    help="instead: packed vs padded (sequences of two lengths, 1 process) and "
+                         "ZeRO 0 / 2 / 3 (2 ranks under torchrun, peak per rank) on --model")
     a = ap.parse_args()
     if a.side:
         return side(a)
+    if a.variants:
+        return variants(a)
     models = [("tiny-qwen3", 2)] + ([] if a.quick else [("qwen0.5b", 2), ("qwen0.5b", 4)])
     rows = []
     if a.rows:
@@ -229,12 +287,12 @@ def main() -> None:
                            "--micro", str(a.micro), "--threads", str(a.threads)] + (["--ckpt"] if ckpt else [])
                     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                                           env={**os.environ, "RLVR_PROGRESS": "0"})
-                    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-                    if done.returncode or not line:
+                    found = results(done.stdout)
+                    if done.returncode or not found:
                         sys.exit(f"{model} L{layers} lora {lora} ckpt {ckpt} failed:\n{done.stderr[-3000:]}")
                     r = {"model": f"{model}-L{layers}", "lora": lora, "ckpt": ckpt,
                          "tokens": a.tokens, "seqs": a.seqs, "micro": a.micro,
-                         **json.loads(line[0][7:])}
+                         **found[0]}
                     rows.append(r)
                     print(f"{r['model']:<14} {'LoRA r16' if lora else 'full':<8} ckpt {'on ' if ckpt else 'off'} "
                           f"params {r['params_total'] / 1e6:7.1f} M (trainable {r['params_trainable'] / 1e6:7.2f} M) "
