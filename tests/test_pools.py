@@ -9,11 +9,8 @@ reference every cached out must equal. The rest needs no server.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,8 +19,7 @@ import yaml
 from rlvr.errors import ConfigError, RlvrError
 from rlvr.orchestrate import pools
 from rlvr.orchestrate.dag import REPO_ROOT, load_dag
-
-PREFECT = [sys.executable, "-m", "prefect"]
+from rlvr.orchestrate.local_pools import local_pools
 
 
 def _git(root: Path, *args: str) -> str:
@@ -48,67 +44,17 @@ def _cached_outs(root: Path, stages: list[str]) -> dict[str, str]:
                 if stage.name in stages for out in stage.outs if out.use_cache}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture()
-def server(tmp_path):
-    """A dedicated Prefect server on a free loopback port (own PREFECT_HOME): the env every
-    client and worker gets."""
-    port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-           "PREFECT_WORKER_QUERY_SECONDS": "1", "RLVR_PROGRESS": "0",
-           "RLVR_PYTHON": sys.executable}
-    env.pop("RLVR_PIPELINE_RUN", None)
-    proc = subprocess.Popen(PREFECT + ["server", "start", "--host", "127.0.0.1", "--port",
-                                       str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("the Prefect server did not come up")
-                time.sleep(0.5)
-        yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def test_curate_and_selfcheck_through_two_pools_equal_dvc_repro(tmp_path, server):
-    env = server
+def test_curate_and_selfcheck_through_two_pools_equal_dvc_repro(tmp_path):
     remote = tmp_path / "dvc-remote"
     remote.mkdir()
     driver = _clone(tmp_path / "driver", remote)
     cpu, gpu = _clone(tmp_path / "cpu", remote), _clone(tmp_path / "gpu", remote)
-    for pool in (pools.CPU_POOL, pools.GPU_POOL):
-        subprocess.run(PREFECT + ["work-pool", "create", pool, "--type", "process"], env=env,
-                       check=True, capture_output=True)
-    subprocess.run(PREFECT + ["--no-prompt", "deploy", "--all"], cwd=driver, env=env,
-                   check=True, capture_output=True)
-    workers = [subprocess.Popen(PREFECT + ["worker", "start", "--pool", pool],
-                                cwd=home, env={**env, pools.CHECKOUT_ENV: str(home)},
-                                stdout=open(tmp_path / f"worker-{pool}.log", "w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
-               for pool, home in ((pools.CPU_POOL, cpu), (pools.GPU_POOL, gpu))]
-    try:
+    env = {**os.environ, "RLVR_PYTHON": sys.executable}
+    with local_pools(tmp_path / "prefect", driver, {"cpu": cpu, "gpu": gpu}, env) as env:
         done = subprocess.run([sys.executable, "-m", "flows.pools", "curate", "selfcheck",
                                "--pool", "selfcheck=gpu"], cwd=driver, env=env,
                               capture_output=True, text=True, timeout=900)
-    finally:
-        for w in workers:
-            w.terminate()
-            w.wait(timeout=30)
-    logs = "".join((tmp_path / f"worker-{p}.log").read_text() for p in pools.DEPLOYMENTS.values())
+    logs = "".join(f.read_text() for f in sorted((tmp_path / "prefect").glob("worker-*.log")))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs[-3000:]
 
     # each stage ran on its own pool's worker, in that worker's checkout
