@@ -16,7 +16,9 @@ What it measures, on the CPU-default policy (built here, or --policy DIR):
   its passports' rebuild check and the mismatch of its stored logprobs (needs bwrap). It
   runs on a small policy (vocab 400) served by a third restart: with the 4096-token
   vocabulary of the CPU default a random-init policy almost never samples the end-of-turn
-  token, so every episode would end inside its first turn.
+  token, so every episode would end inside its first turn. With --qwen the rollout is the
+  tiny Qwen3's own (Hermes calls, its template), on the version first served, before the
+  restart.
 
 Prints one line per measurement and a final JSON line.
 """
@@ -250,6 +252,13 @@ def main() -> int:
         try:
             rows = compare(vllm, TorchEngine(policy, policy_version="v0"), prompts,
                            args.group_size, args.max_new_tokens, args.seed, "init")
+            if args.qwen and args.rollout_tasks > 0:
+                # the real-format model's own rollout on the version already served: before
+                # any restart, so that a restart's cost (13 GB server RSS at this vocabulary)
+                # cannot keep the Hermes rollout from being measured
+                summary["rollout"] = rollout(vllm, TorchEngine(policy, policy_version="v0"),
+                                             policy, tasks, args.rollout_tasks,
+                                             args.rollout_group_size, args.seed)
             vllm.sync_weights(sharp, "v1", 1)
             summary["policy_update_seconds"] = round(vllm.last_sync_seconds, 1)
             summary["policy_update_mode"] = params.server.update
@@ -258,9 +267,8 @@ def main() -> int:
             rows += compare(vllm, TorchEngine(sharp, policy_version="v1"), prompts,
                             args.group_size, args.max_new_tokens, args.seed, f"sharpened_x{args.sharpen:g}",
                             DECODINGS[:2])
-            if args.rollout_tasks > 0:
-                small = policy if args.qwen else build_policy(work / "policy_small", args.seed,
-                                                              small=True)
+            if args.rollout_tasks > 0 and not args.qwen:
+                small = build_policy(work / "policy_small", args.seed, small=True)
                 vllm.sync_weights(small, "v2-small", 2)
                 summary["rollout_policy_update_seconds"] = round(vllm.last_sync_seconds, 1)
                 summary["rollout"] = rollout(vllm, TorchEngine(small), small, tasks,

@@ -33,12 +33,13 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run as current_flow_run
+from prefect.settings import get_current_settings
 
 from flows.pipeline import run_stage
 from rlvr.errors import ConfigError, exit_on_error
 from rlvr.orchestrate.dag import load_dag, project_root, select_stages
 from rlvr.orchestrate.pools import (STAGE_FLOW, PoolStageFailed, checkout_outputs,
-                                    checkout_root, deployment_of, install_lock, pull_inputs,
+                                    checkout_root, install_lock, place, pull_inputs,
                                     push_outputs, read_lock, require_revision, source_revision,
                                     uncached_outputs, write_files)
 from rlvr.orchestrate.stage_process import PIPELINE_ENV
@@ -83,10 +84,7 @@ def rlvr_pools(targets: list[str] | None = None, with_upstream: bool = False,
     root_path = project_root(root) if root else checkout_root()
     dag = load_dag(root_path)
     order = select_stages(dag, targets, with_upstream)
-    placed = {name: deployment_of(name, pools) for name in order}   # a bad pool before any run
-    unknown = sorted(set(pools or {}) - set(dag))
-    if unknown:
-        raise ConfigError(f"pools: unknown stage(s) {', '.join(unknown)}")
+    placed = place(dag, order, pools)   # a bad placement before any run
     revision = source_revision(root_path, dag)
     lock = read_lock(root_path)
     key = os.environ.get(PIPELINE_ENV) or f"prefect:{current_flow_run.id}"
@@ -138,13 +136,12 @@ def main(argv: list[str] | None = None) -> None:
         if not sep:
             raise ConfigError(f"--pool {item!r}: expected STAGE=cpu or STAGE=gpu")
         pools[stage] = name
-    from prefect.settings import get_current_settings
-
+    dag = load_dag(args.root)  # bad names and placements fail before a flow run starts
+    place(dag, select_stages(dag, args.stages), pools)
     if not get_current_settings().api.url:
         raise ConfigError("PREFECT_API_URL is not set: the pools' workers poll a Prefect "
                           "server; start one and point every process at it (README "
                           "\"Work pools\")")
-    select_stages(load_dag(args.root), args.stages)  # a bad name fails before a flow run starts
     rlvr_pools(targets=args.stages or None, with_upstream=args.upstream, remote=args.remote,
                pools=pools or None, root=str(Path(args.root).resolve()) if args.root else None,
                checkout=not args.no_checkout)

@@ -193,3 +193,16 @@ def test_the_driver_needs_a_prefect_server(monkeypatch, capsys):
         fpools.main(["curate"])
     assert exc.value.code == 2
     assert "PREFECT_API_URL is not set" in capsys.readouterr().err
+
+
+def test_a_malformed_pool_placement_is_named(monkeypatch, capsys):
+    import flows.pools as fpools
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    for argv, message in ((["--pool", "curate"], "expected STAGE=cpu or STAGE=gpu"),
+                          (["--pool", "curate=tpu"], "not a deployment"),
+                          (["nosuchstage"], "unknown stage")):
+        with pytest.raises(SystemExit) as exc:
+            fpools.main(argv)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err

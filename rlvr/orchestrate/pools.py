@@ -54,6 +54,19 @@ def deployment_of(stage: str, overrides: Mapping[str, str] | None = None) -> str
     return name
 
 
+def place(dag: Mapping[str, DagStage], order: Iterable[str],
+          overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each stage of `order` -> its deployment; an override naming no stage of the DAG, or no
+    deployment, is a ConfigError before any run."""
+    unknown = sorted(set(overrides or {}) - set(dag))
+    if unknown:
+        raise ConfigError(f"pools: unknown stage(s) {', '.join(unknown)} "
+                          f"(dvc.yaml has: {', '.join(dag)})")
+    for stage in overrides or {}:
+        deployment_of(stage, overrides)
+    return {name: deployment_of(name, overrides) for name in order}
+
+
 def checkout_root() -> Path:
     """This worker's checkout: $RLVR_CHECKOUT, else the checkout whose `rlvr` is imported."""
     root = Path(os.environ.get(CHECKOUT_ENV) or REPO_ROOT).resolve()
