@@ -17,8 +17,8 @@ What it measures, on the CPU-default policy (built here, or --policy DIR):
   runs on a small policy (vocab 400) served by a third restart: with the 4096-token
   vocabulary of the CPU default a random-init policy almost never samples the end-of-turn
   token, so every episode would end inside its first turn. With --qwen the rollout is the
-  tiny Qwen3's own (Hermes calls, its template), on the version first served, before the
-  restart.
+  tiny Qwen3's own (Hermes calls, its template), on the version first served, and the score
+  check is left out (its full-vocabulary JSON at 151k tokens is what stalled earlier runs).
 
 Prints one line per measurement and a final JSON line.
 """
@@ -87,7 +87,8 @@ def task_prompts(codec, n: int) -> tuple[list, list[list[int]]]:
     return tasks, prompts
 
 
-def compare(vllm, torch_engine, prompts, G, max_new, seed, label, decodings=DECODINGS) -> list[dict]:
+def compare(vllm, torch_engine, prompts, G, max_new, seed, label, decodings=DECODINGS,
+            score_check: bool = True) -> list[dict]:
     from rlvr.engines.base import SamplingParams
 
     stop = tuple(vllm_stop_ids(torch_engine))
@@ -126,6 +127,8 @@ def compare(vllm, torch_engine, prompts, G, max_new, seed, label, decodings=DECO
               f"mean {m['mean_abs']:.3g} over {m['tokens']} tokens; vLLM {row['vllm_tokens_per_s']} "
               f"tok/s, torch {row['torch_tokens_per_s']} tok/s", flush=True)
         rows.append(row)
+    if not score_check:
+        return rows
     # the vLLM score path (full-vocab prompt logprobs) against torch, on two samples
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=max_new, stop_token_ids=stop)
     samples = vllm.generate(batch[:2], params, seed=seed + 1)
@@ -145,7 +148,8 @@ def vllm_stop_ids(torch_engine) -> list[int]:
 
 
 def rollout(vllm, torch_engine, policy_dir: Path, tasks, n_tasks: int, G: int, seed: int) -> dict:
-    """A short multi-turn rollout through the agent harness with the vLLM engine."""
+    """A short multi-turn rollout through the agent harness with the vLLM engine (free
+    sampling: the torch rescoring below applies no grammar mask)."""
     from rlvr.agent.collector import Collector
     from rlvr.agent.episode import Budgets, Decoding, EpisodeConfig
     from rlvr.agent.codecs import load_codec
@@ -250,12 +254,14 @@ def main() -> int:
         print(f"vLLM server up in {summary['engine_start_seconds']} s (log {vllm.server.log_path})",
               flush=True)
         try:
+            # No score check at the real vocabulary: `VllmEngine.score` asks for the full
+            # distribution at every position (prompt_logprobs=-1), which the server returns as
+            # JSON, 151,936 entries a position; it held the API server at 11-13 GB for minutes
+            # (the "stall" of the earlier --qwen runs). The trainer scores with torch.
             rows = compare(vllm, TorchEngine(policy, policy_version="v0"), prompts,
-                           args.group_size, args.max_new_tokens, args.seed, "init")
-            if args.qwen and args.rollout_tasks > 0:
-                # the real-format model's own rollout on the version already served: before
-                # any restart, so that a restart's cost (13 GB server RSS at this vocabulary)
-                # cannot keep the Hermes rollout from being measured
+                           args.group_size, args.max_new_tokens, args.seed, "init",
+                           score_check=not args.qwen)
+            if args.qwen and args.rollout_tasks > 0:  # the real format's own rollout, on v0
                 summary["rollout"] = rollout(vllm, TorchEngine(policy, policy_version="v0"),
                                              policy, tasks, args.rollout_tasks,
                                              args.rollout_group_size, args.seed)
@@ -266,7 +272,7 @@ def main() -> int:
                   f"{summary['policy_update_seconds']} s ({params.server.update})", flush=True)
             rows += compare(vllm, TorchEngine(sharp, policy_version="v1"), prompts,
                             args.group_size, args.max_new_tokens, args.seed, f"sharpened_x{args.sharpen:g}",
-                            DECODINGS[:2])
+                            DECODINGS[:2], score_check=not args.qwen)
             if args.rollout_tasks > 0 and not args.qwen:
                 small = build_policy(work / "policy_small", args.seed, small=True)
                 vllm.sync_weights(small, "v2-small", 2)
