@@ -208,10 +208,15 @@ def project(fit_: dict, micro_tokens: int = 16384, head_chunk: int = 4096) -> li
     return rows
 
 
-def results(stdout: str) -> list[dict]:
-    """Every RESULT object a side printed: two ranks under torchrun may interleave their lines,
-    so objects are found anywhere in the text (they are flat JSON: no nested braces)."""
-    return [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", stdout)]
+def run_side(cmd: list[str], name: str, env: dict[str, str]) -> list[dict]:
+    """Run a side (or torchrun's ranks of one) and return every RESULT object it printed: two
+    ranks may interleave their lines, so objects are found anywhere in the text (they are
+    flat JSON: no nested braces). A failed or silent side ends the bench, naming `name`."""
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    found = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", done.stdout)]
+    if done.returncode or not found:
+        sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
+    return found
 
 
 def variants(a) -> None:
@@ -232,11 +237,7 @@ def variants(a) -> None:
                                          "127.0.0.1:0", __file__, *common, "--threads", "1",
                                          "--zero", str(z)]) for z in (0, 2, 3)]
         for name, cmd in runs:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-            found = results(done.stdout)
-            if done.returncode or not found:
-                sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
-            for found_row in found:
+            for found_row in run_side(cmd, name, env):
                 r = {"config": name, **found_row}
                 rows.append(r)
                 print(f"{name:<32} rank {r['rank']}  loaded {r['loaded_mb']:7.0f} MB  peak "
@@ -285,14 +286,10 @@ def main() -> None:
                     cmd = [sys.executable, __file__, "--side", "--model-dir", str(d),
                            "--lora", str(lora), "--tokens", str(a.tokens), "--seqs", str(a.seqs),
                            "--micro", str(a.micro), "--threads", str(a.threads)] + (["--ckpt"] if ckpt else [])
-                    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                                          env={**os.environ, "RLVR_PROGRESS": "0"})
-                    found = results(done.stdout)
-                    if done.returncode or not found:
-                        sys.exit(f"{model} L{layers} lora {lora} ckpt {ckpt} failed:\n{done.stderr[-3000:]}")
+                    found = run_side(cmd, f"{model} L{layers} lora {lora} ckpt {ckpt}",
+                                     {**os.environ, "RLVR_PROGRESS": "0"})[0]
                     r = {"model": f"{model}-L{layers}", "lora": lora, "ckpt": ckpt,
-                         "tokens": a.tokens, "seqs": a.seqs, "micro": a.micro,
-                         **found[0]}
+                         "tokens": a.tokens, "seqs": a.seqs, "micro": a.micro, **found}
                     rows.append(r)
                     print(f"{r['model']:<14} {'LoRA r16' if lora else 'full':<8} ckpt {'on ' if ckpt else 'off'} "
                           f"params {r['params_total'] / 1e6:7.1f} M (trainable {r['params_trainable'] / 1e6:7.2f} M) "

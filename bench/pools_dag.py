@@ -24,24 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlvr.orchestrate.dag import load_dag  # noqa: E402
-from rlvr.orchestrate.local_pools import local_pools  # noqa: E402
+from rlvr.orchestrate.local_pools import cached_outs, clone, local_pools  # noqa: E402
 from rlvr.orchestrate.pools import deployment_of  # noqa: E402
-
-
-def cached_outs(root: Path) -> dict[str, dict[str, str]]:
-    """Stage -> {cached out: hash}, as DVC's index of `root` holds them (its lock)."""
-    from dvc.repo import Repo
-
-    with Repo(str(root)) as repo:
-        return {stage.name: {o.def_path: o.hash_info.value for o in stage.outs if o.use_cache}
-                for stage in repo.index.stages if getattr(stage, "name", None)}
-
-
-def clone(dest: Path, remote: Path) -> Path:
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
-    subprocess.run([sys.executable, "-m", "dvc", "remote", "add", "-q", "-d", "--local",
-                    "shared", str(remote)], cwd=dest, check=True)
-    return dest
 
 
 def main() -> None:
@@ -53,8 +37,8 @@ def main() -> None:
         shutil.rmtree(a.workdir)
     remote = a.workdir / "dvc-remote"
     remote.mkdir(parents=True)
-    driver = clone(a.workdir / "driver", remote)
-    workers = {"cpu": clone(a.workdir / "cpu", remote), "gpu": clone(a.workdir / "gpu", remote)}
+    driver = clone(ROOT, a.workdir / "driver", remote)
+    workers = {name: clone(ROOT, a.workdir / name, remote) for name in ("cpu", "gpu")}
     for checkout in (driver, *workers.values()):   # start from nothing, as a fresh clone would
         (checkout / "dvc.lock").unlink()
     env = {**os.environ, "RLVR_PYTHON": sys.executable}

@@ -19,7 +19,7 @@ import yaml
 from rlvr.errors import ConfigError, RlvrError
 from rlvr.orchestrate import pools
 from rlvr.orchestrate.dag import REPO_ROOT, load_dag
-from rlvr.orchestrate.local_pools import local_pools
+from rlvr.orchestrate.local_pools import cached_outs, clone, local_pools
 
 
 def _git(root: Path, *args: str) -> str:
@@ -27,28 +27,18 @@ def _git(root: Path, *args: str) -> str:
                           text=True).stdout
 
 
-def _clone(dest: Path, remote: Path | None) -> Path:
-    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(dest)], check=True)
-    if remote is not None:
-        subprocess.run([sys.executable, "-m", "dvc", "remote", "add", "-q", "-d", "--local",
-                        "shared", str(remote)], cwd=dest, check=True)
-    return dest
-
-
 def _cached_outs(root: Path, stages: list[str]) -> dict[str, str]:
     """Every cached out of `stages` and its hash, as DVC's index of `root` holds them."""
-    from dvc.repo import Repo
-
-    with Repo(str(root)) as repo:
-        return {out.def_path: out.hash_info.value for stage in repo.index.stages
-                if stage.name in stages for out in stage.outs if out.use_cache}
+    return {path: h for name, outs in cached_outs(root).items() if name in stages
+            for path, h in outs.items()}
 
 
 def test_curate_and_selfcheck_through_two_pools_equal_dvc_repro(tmp_path):
     remote = tmp_path / "dvc-remote"
     remote.mkdir()
-    driver = _clone(tmp_path / "driver", remote)
-    cpu, gpu = _clone(tmp_path / "cpu", remote), _clone(tmp_path / "gpu", remote)
+    driver = clone(REPO_ROOT, tmp_path / "driver", remote)
+    cpu = clone(REPO_ROOT, tmp_path / "cpu", remote)
+    gpu = clone(REPO_ROOT, tmp_path / "gpu", remote)
     env = {**os.environ, "RLVR_PYTHON": sys.executable}
     with local_pools(tmp_path / "prefect", driver, {"cpu": cpu, "gpu": gpu}, env) as env:
         done = subprocess.run([sys.executable, "-m", "flows.pools", "curate", "selfcheck",
@@ -62,7 +52,7 @@ def test_curate_and_selfcheck_through_two_pools_equal_dvc_repro(tmp_path):
     assert not (cpu / "artifacts/selfcheck_verdicts.parquet").exists()
     assert (gpu / "artifacts/selfcheck_verdicts.parquet").is_file()
 
-    reference = _clone(tmp_path / "reference", None)
+    reference = clone(REPO_ROOT, tmp_path / "reference")
     subprocess.run([sys.executable, "-m", "dvc", "repro", "selfcheck"], cwd=reference,
                    env=env, check=True, capture_output=True)
     stages = ["curate", "selfcheck"]
@@ -140,26 +130,20 @@ def test_no_remote_is_a_named_error_before_the_stage_runs(tmp_path):
     dag = load_dag(root)
     with pytest.raises(ConfigError, match="no DVC remote"):
         pools.push_outputs(root, "a", None)
-    other = _clone_project(root, tmp_path / "q")
+    other = clone(root, tmp_path / "q")
     pools.install_lock(other, pools.read_lock(root))
     with pytest.raises(ConfigError, match="stage b: pulling its inputs .*no DVC remote"):
         pools.pull_inputs(other, dag["b"], None)
-
-
-def _clone_project(root: Path, dest: Path) -> Path:
-    subprocess.run(["git", "clone", "-q", str(root), str(dest)], check=True)
-    return dest
 
 
 def test_a_stage_travels_to_another_checkout_through_the_remote(tmp_path):
     """Lock as text, cached outs by push / pull, uncached outs as bytes: b runs in a second
     checkout on a's outputs, and the first checkout ends with both."""
     first = _project(tmp_path / "p")
-    second = _clone_project(first, tmp_path / "q")
     remote = tmp_path / "remote"
-    for root in (first, second):
-        subprocess.run([sys.executable, "-m", "dvc", "remote", "add", "-q", "-d", "--local",
-                        "shared", str(remote)], cwd=root, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "remote", "add", "-q", "-d", "--local",
+                    "shared", str(remote)], cwd=first, check=True)
+    second = clone(first, tmp_path / "q", remote)
     subprocess.run([sys.executable, "-m", "dvc", "repro", "-q", "--single-item", "a"],
                    cwd=first, check=True, capture_output=True)
     pools.push_outputs(first, "a", None)
@@ -187,7 +171,6 @@ def test_a_stage_travels_to_another_checkout_through_the_remote(tmp_path):
 def test_the_driver_needs_a_prefect_server(monkeypatch, capsys):
     import flows.pools as fpools
 
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_API_URL", "")
     with pytest.raises(SystemExit) as exc:
         fpools.main(["curate"])

@@ -20,6 +20,26 @@ from rlvr.orchestrate.pools import CHECKOUT_ENV, DEPLOYMENTS
 PREFECT = [sys.executable, "-m", "prefect"]
 
 
+def clone(source: Path, dest: Path, remote: Path | None = None) -> Path:
+    """A fresh git clone of `source` at `dest`; with `remote`, that directory as its default
+    DVC remote (in `.dvc/config.local`, as README "Work pools" adds one per checkout)."""
+    subprocess.run(["git", "clone", "-q", str(source), str(dest)], check=True)
+    if remote is not None:
+        subprocess.run([sys.executable, "-m", "dvc", "remote", "add", "-q", "-d", "--local",
+                        "shared", str(remote)], cwd=dest, check=True)
+    return dest
+
+
+def cached_outs(root: Path) -> dict[str, dict[str, str]]:
+    """Stage -> {cached out: hash}, as DVC's index of `root` holds them (its lock): what two
+    runs of the DAG must agree on."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return {stage.name: {o.def_path: o.hash_info.value for o in stage.outs if o.use_cache}
+                for stage in repo.index.stages if getattr(stage, "name", None)}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
