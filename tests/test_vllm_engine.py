@@ -69,27 +69,38 @@ class VllmStub:
     """Answers /v1/completions like vLLM 0.32: sampled ids from Random(seed), logprobs as
     `token_id:<id>` strings, usage with prompt_tokens_details, prompt_logprobs rows."""
 
-    def __init__(self, *, cached_tokens=0, tamper=None, status=200):
+    def __init__(self, *, cached_tokens=0, tamper=None, status=200, root="/models/policy"):
         self.requests: list[dict] = []
         self.cached_tokens = cached_tokens
         self.tamper = tamper
         self.status = status
+        self.root = root  # the directory /v1/models says it serves
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.requests.append({"path": self.path, "body": body})
-                if stub.status != 200:
-                    payload = {"error": {"message": "stub failure", "code": stub.status}}
-                else:
-                    payload = stub.answer(body)
+            def _send(self, status, payload):
                 raw = json.dumps(payload).encode()
-                self.send_response(stub.status)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
+
+            def do_GET(self):  # noqa: N802
+                stub.requests.append({"path": self.path, "body": None,
+                                      "auth": self.headers.get("Authorization")})
+                self._send(200, {"object": "list", "data": [
+                    {"id": "policy", "object": "model", "root": stub.root}]})
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.requests.append({"path": self.path, "body": body,
+                                      "auth": self.headers.get("Authorization")})
+                if stub.status != 200:
+                    payload = {"error": {"message": "stub failure", "code": stub.status}}
+                else:
+                    payload = stub.answer(body)
+                self._send(stub.status, payload)
 
             def log_message(self, *args):
                 pass

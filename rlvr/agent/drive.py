@@ -40,7 +40,8 @@ def step_token(engine: TokenEngine, episodes: Sequence[Episode], config: Episode
                            f"{len(live)} prompts")
     for (ep, n), sample, s in zip(live, samples, seeds):
         ep.accept_sample(sample.token_ids, sample.logprobs, limit=n, policy_version=version,
-                         policy_step=step, sample_seed=s, gen_seconds=elapsed)
+                         policy_step=step, sample_seed=s, gen_seconds=elapsed,
+                         sampled_by=str(sample.extras.get("server", "")))
     return elapsed
 
 

@@ -131,6 +131,7 @@ class TurnRecord:
     tool_detail: str = ""
     gen_seconds: float = 0.0
     tool_seconds: float = 0.0
+    sampled_by: str = ""  # the server that sampled the turn ("" = in process, or a teacher)
 
 
 def teacher_view(task: Task) -> Task:
@@ -235,8 +236,9 @@ class Episode:
     # ---- actions -------------------------------------------------------------------------
     def accept_sample(self, token_ids: Sequence[int], logprobs: Sequence[float], *,
                       limit: int, policy_version: str, policy_step: int, sample_seed: int,
-                      gen_seconds: float = 0.0) -> None:
-        """A TokenEngine's sample for this turn (cut to `limit` tokens / the first stop)."""
+                      gen_seconds: float = 0.0, sampled_by: str = "") -> None:
+        """A TokenEngine's sample for this turn (cut to `limit` tokens / the first stop);
+        `sampled_by` names the server that sampled it, when a server did."""
         ids, lps = list(token_ids), list(logprobs)
         stop_at = next((i for i, t in enumerate(ids) if t in self.codec.stop_ids), None)
         if stop_at is not None and stop_at < limit:
@@ -246,7 +248,7 @@ class Episode:
         turn = len(self.turns)
         self.transcript.append_sampled(ids, lps, turn)
         self._after_action(ids, limit, policy_version, policy_step, sample_seed, gen_seconds,
-                           logprob_sum=float(sum(lps)))
+                           logprob_sum=float(sum(lps)), sampled_by=sampled_by)
 
     def accept_text(self, text: str, *, limit: int, policy_version: str, sample_seed: int,
                     gen_seconds: float = 0.0) -> None:
@@ -260,7 +262,8 @@ class Episode:
                            logprob_sum=math.nan)
 
     def _after_action(self, ids: list[int], limit: int, policy_version: str, policy_step: int,
-                      sample_seed: int, gen_seconds: float, logprob_sum: float) -> None:
+                      sample_seed: int, gen_seconds: float, logprob_sum: float,
+                      sampled_by: str = "") -> None:
         turn = len(self.turns)
         self.generated += len(ids)
         repeated = self.guard.feed(ids)
@@ -285,7 +288,7 @@ class Episode:
             action_error=parsed.error, tool_name=call.name if call else "",
             tool_args=json.dumps(call.args, sort_keys=True, ensure_ascii=False) if call else "",
             finish_reason="stop" if ended else "length", gen_tokens=len(ids),
-            logprob_sum=logprob_sum, gen_seconds=gen_seconds)
+            logprob_sum=logprob_sum, gen_seconds=gen_seconds, sampled_by=sampled_by)
         self.turns.append(record)
         self.messages.append({"role": "assistant", "content": text})
         if repeated:

@@ -102,6 +102,7 @@ def passport_row(ep: Episode) -> dict[str, Any]:
             "logprob_sum": t.logprob_sum, "observation": t.observation,
             "observation_raw_chars": t.observation_raw_chars,
             "observation_truncated": t.observation_truncated, "tool_status": t.tool_status,
+            "sampled_by": t.sampled_by,
         } for t in ep.turns],
         "n_turns": len(ep.turns),
         "n_tokens": len(tr),

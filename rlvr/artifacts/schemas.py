@@ -154,6 +154,7 @@ TURN = pa.struct(
         ("observation_raw_chars", pa.int32()),  # length before the cap
         ("observation_truncated", pa.bool_()),
         ("tool_status", pa.string()),      # ok | error | timeout | infra_error | submitted | invalid | none
+        ("sampled_by", pa.string()),       # the server that sampled the turn ("" = in process)
     ]
 )
 TRAJECTORIES = pa.schema(

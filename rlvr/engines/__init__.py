@@ -92,6 +92,7 @@ def build_engine(kind: str, model_dir: Path | str, *, policy_version: str | None
     from rlvr.engines.vllm_engine import VllmEngineParams
 
     params = parse(VllmEngineParams, opts, field)  # options first: no server for a typo
+    params.urls(field)
     return ctor.launch(model_dir, params,
                        policy_version=policy_version or weights_fingerprint(model_dir),
                        policy_step=policy_step)

@@ -39,6 +39,16 @@ members of a 396-token prompt computed 396 + 7 × 12 prompt tokens.
 sample's request (`--enable-prompt-tokens-details`). (One request with `n = G` would also
 share the prefix, but vLLM then reports one child's cached count for the whole group.)
 
+Several servers (`servers: N` launched, or `base_urls` attached; issue 38): a GRPO
+group's members, and each of their later turns, go to the server that sampled their
+longest earlier prefix, so one server's prefix cache holds the group's prompt; a new group
+goes to the server with the fewest requests in flight (rlvr/engines/vllm_route.py). Since a
+sample depends on its prompt and seed only, which server answers never changes it, and a
+request of a server that fails is re-queued on another (counted in
+`last_stats["requeued"]`). A weight sync fans out to every server at once; a server it
+misses stops taking requests until a later sync reaches it, so no call mixes policies.
+Off loopback the servers need a bearer token (`server.token_env`, vllm_server.py).
+
 Policy versions: `sync_weights(path, version, step)` (the TokenEngine protocol) moves the
 server to a new policy directory (restart on the new dir, in-place weight reload, or a LoRA
 adapter; see vllm_server.py) and only then changes `policy_version` and `policy_step`,
@@ -49,6 +59,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,14 +69,17 @@ from typing import Mapping, Sequence
 import httpx
 
 from rlvr.config import parse
+from rlvr.errors import ConfigError
 from rlvr.engines.base import Sample, SamplingParams, WeightSource, check_policy_step
 from rlvr.engines.grammars import grammar_source, is_context_free
 from rlvr.engines.model_dir import load_tokenizer
+from rlvr.engines.vllm_route import PrefixRouter
 from rlvr.engines.vllm_server import (
     VllmError,
     VllmServer,
     VllmServerParams,
     VllmUpdateError,
+    auth_headers,
 )
 
 GREEDY_EPS = 1e-5  # vLLM's _SAMPLING_EPS: below it a request is sampled greedily
@@ -85,14 +99,33 @@ class VllmResponseError(VllmError):
 
 @dataclass
 class VllmEngineParams:
-    """`rollout.vllm` in params.yaml."""
+    """`rollout.vllm` in params.yaml (and `grpo.engine_options`)."""
 
     base_url: str = ""  # "" = launch and own a server (see `server`); else use that one
+    # several servers to attach to (N `vllm serve` processes, possibly on other hosts); a
+    # group goes to one of them (rlvr/engines/vllm_route.py). Exclusive with base_url
+    base_urls: list[str] = field(default_factory=list)
+    servers: int = 1  # servers to launch and own when no URL is given (each on a free port)
     served_model_name: str = "policy"
     request_timeout_s: float = 600.0
-    max_concurrency: int = 64  # requests in flight; the server batches up to max_num_seqs
+    max_concurrency: int = 64  # requests in flight per server; each batches up to max_num_seqs
     retries: int = 2  # on connection errors/timeouts only; seeded requests are idempotent
     server: VllmServerParams = field(default_factory=VllmServerParams)
+
+    def urls(self, where: str = "vllm") -> list[str]:
+        """The servers to attach to ([] = launch `servers` of them). Named ConfigError on a
+        contradiction."""
+        if self.base_url and self.base_urls:
+            raise ConfigError(f"{where}.base_url and {where}.base_urls: give one of them")
+        if self.servers < 1:
+            raise ConfigError(f"{where}.servers: {self.servers} (at least 1)")
+        urls = [self.base_url] if self.base_url else list(self.base_urls)
+        if urls and self.servers != 1:
+            raise ConfigError(f"{where}.servers: {self.servers} servers to launch, but "
+                              f"{where}.base_url(s) attaches to running ones")
+        if len(set(urls)) != len(urls):
+            raise ConfigError(f"{where}.base_urls: a server is listed twice ({urls})")
+        return urls
 
 
 # ------------------------------------------------------------------ pure functions
@@ -213,20 +246,50 @@ def prompt_logprob_rows(choice: dict, start: int, targets: Sequence[int]):
 
 
 # ------------------------------------------------------------------------ engine
+@dataclass
+class Endpoint:
+    """One server the engine samples from: its client, its process when the engine owns
+    it, and whether it takes requests (`live`: False once it failed, or missed a policy
+    update, until a later update reaches it)."""
+
+    index: int
+    base_url: str
+    client: httpx.Client
+    server: VllmServer | None = None
+    live: bool = True
+    in_flight: int = 0
+    failure: str = ""
+    adapter: str = ""  # the LoRA adapter it serves the policy as ("" = the base model)
+
+    @property
+    def name(self) -> str:
+        """What a passport records as the sampling server."""
+        return self.base_url
+
+
 class VllmEngine:
-    """TokenEngine backed by a vLLM server (owned, see `launch`, or external via base_url)."""
+    """TokenEngine backed by one or several vLLM servers (owned, see `launch`, or external
+    via base_url / base_urls).
+
+    Several servers (issue 38): a prompt goes to the server of its longest routed prefix,
+    else to the one with the fewest requests in flight (vllm_route.py); a server that fails
+    (connection errors after `retries`, or HTTP 5xx) leaves the rotation and its requests
+    are re-queued on the others (`last_stats["requeued"]`), the call failing only when no
+    server is left; `sync_weights` fans the update out to every server and only those it
+    reached sample afterwards, so no group ever mixes policy versions. Every sample names
+    its server (`extras["server"]`)."""
 
     name = "vllm"
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str = "policy",
         *,
         policy_version: str = "0",
         policy_step: int = 0,
         params: VllmEngineParams | None = None,
-        server: VllmServer | None = None,
+        server: VllmServer | Sequence[VllmServer] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.params = params or VllmEngineParams()
@@ -234,12 +297,30 @@ class VllmEngine:
         self.policy_version = policy_version
         self.policy_step = check_policy_step(policy_step)
         self.last_sync_seconds = 0.0
-        self.server = server
+        self.last_sync_failures: dict[str, str] = {}
         self._tokenizer = None  # loaded on first use by a transcript-reading grammar
         self._transport = transport
-        self._client: httpx.Client | None = None
-        self._bind(base_url)
+        self._headers = auth_headers(self.params.server.token_env)
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        owned = [server] if isinstance(server, VllmServer) else list(server or [None] * len(urls))
+        if not urls or len(owned) != len(urls):
+            raise ValueError(f"{len(urls)} server URLs for {len(owned)} server processes")
+        self.endpoints = [Endpoint(i, "", None, srv) for i, srv in enumerate(owned)]  # type: ignore[arg-type]
+        for ep, url in zip(self.endpoints, urls):
+            self._bind(ep, url)
+        self.router = PrefixRouter(len(self.endpoints))
+        self._lock = threading.Lock()
         self.last_stats: dict[str, float] = {}
+
+    @property
+    def base_url(self) -> str:
+        """The first server's URL (the only one of a single-server engine)."""
+        return self.endpoints[0].base_url
+
+    @property
+    def server(self) -> VllmServer | None:
+        """The first owned server process (None when attached)."""
+        return self.endpoints[0].server
 
     @classmethod
     def launch(
@@ -251,58 +332,146 @@ class VllmEngine:
         policy_step: int = 0,
         repo_root: str | Path | None = None,
     ) -> "VllmEngine":
-        """Start a server on `model_dir` (or attach to params.base_url) and return a client."""
+        """Start `params.servers` servers on `model_dir` (in parallel), or attach to
+        params.base_url(s) after checking each answers and serves the same policy; return
+        the client."""
         params = params or VllmEngineParams()
-        if params.base_url:
-            return cls(params.base_url, params.served_model_name,
-                       policy_version=policy_version, policy_step=policy_step, params=params)
-        server = VllmServer(model_dir, params.server,
-                            served_model_name=params.served_model_name, repo_root=repo_root)
-        server.start()
-        return cls(server.base_url, params.served_model_name, policy_version=policy_version,
-                   policy_step=policy_step, params=params, server=server)
+        urls = params.urls()
+        if urls:
+            engine = cls(urls, params.served_model_name, policy_version=policy_version,
+                         policy_step=policy_step, params=params)
+            if len(urls) > 1:
+                engine.check_servers()
+            return engine
+        servers = [VllmServer(model_dir, params.server, served_model_name=params.served_model_name,
+                              repo_root=repo_root) for _ in range(params.servers)]
+        with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+            started = [pool.submit(s.start) for s in servers]
+        errors = [f.exception() for f in started]
+        if any(errors):
+            for s in servers:
+                s.stop()
+            raise next(e for e in errors if e is not None)
+        return cls([s.base_url for s in servers], params.served_model_name,
+                   policy_version=policy_version, policy_step=policy_step, params=params,
+                   server=servers)
 
-    def _bind(self, base_url: str) -> None:
-        if self._client is not None:
-            self._client.close()
-        self.base_url = base_url.rstrip("/")
-        self._client = httpx.Client(
-            base_url=self.base_url,
+    def _bind(self, endpoint: Endpoint, base_url: str) -> None:
+        if endpoint.client is not None:
+            endpoint.client.close()
+        endpoint.base_url = base_url.rstrip("/")
+        endpoint.client = httpx.Client(
+            base_url=endpoint.base_url,
             timeout=self.params.request_timeout_s,
             transport=self._transport,
+            headers=self._headers,
             limits=httpx.Limits(max_connections=max(1, self.params.max_concurrency)),
         )
 
-    # ---------------------------------------------------------------- HTTP
-    def _post(self, path: str, body: dict) -> dict:
-        attempt = 0
-        while True:
+    def check_servers(self) -> None:
+        """Before any work: every server answers `/v1/models` and serves this engine's model
+        from the same directory; a server of another policy is refused by name."""
+        roots = {}
+        for ep in self.endpoints:
             try:
-                resp = self._client.post(path, json=body)
-            except (httpx.ConnectError, httpx.ReadError, httpx.TimeoutException,
-                    httpx.RemoteProtocolError) as exc:
-                if attempt >= self.params.retries:
-                    raise VllmServerError(
-                        f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}{self._log_hint()}"
-                    ) from exc
-                attempt += 1
-                time.sleep(0.5 * 2 ** attempt)
-                continue
-            if resp.status_code >= 500:
-                raise VllmServerError(
-                    f"POST {path}: HTTP {resp.status_code}: {resp.text[:500]}{self._log_hint()}"
-                )
-            if resp.status_code >= 400:
-                raise VllmRequestError(f"POST {path}: HTTP {resp.status_code}: {resp.text[:500]}")
-            try:
-                return resp.json()
-            except ValueError as exc:
-                raise VllmResponseError(f"POST {path}: body is not JSON: {resp.text[:200]}") from exc
+                resp = ep.client.get("/v1/models", timeout=30)
+            except httpx.HTTPError as exc:
+                raise VllmServerError(f"vLLM server {ep.base_url} unreachable: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+            if resp.status_code != 200:
+                raise VllmServerError(f"vLLM server {ep.base_url}: GET /v1/models answered "
+                                      f"HTTP {resp.status_code}: {resp.text[:200]}")
+            served = {m.get("id"): m.get("root") for m in resp.json().get("data", [])}
+            if self.model not in served:
+                raise VllmRequestError(f"vLLM server {ep.base_url} serves {sorted(served)}, "
+                                       f"not {self.model!r}")
+            roots[ep.base_url] = served[self.model]
+        if len(set(roots.values())) > 1:
+            raise VllmUpdateError(f"the servers serve different policies: {roots}")
 
-    def _log_hint(self) -> str:
-        if self.server is None:
+    # ---------------------------------------------------------------- HTTP
+    def _post(self, path: str, body: dict, endpoint: Endpoint | None = None) -> dict:
+        ep = endpoint or self._live()[0]
+        attempt = 0
+        with self._lock:
+            ep.in_flight += 1
+        try:
+            while True:
+                try:
+                    resp = ep.client.post(path, json=body)
+                except (httpx.ConnectError, httpx.ReadError, httpx.TimeoutException,
+                        httpx.RemoteProtocolError) as exc:
+                    if attempt >= self.params.retries:
+                        raise VllmServerError(
+                            f"POST {ep.base_url}{path}: {type(exc).__name__}: {exc}"
+                            f"{self._log_hint(ep)}") from exc
+                    attempt += 1
+                    time.sleep(0.5 * 2 ** attempt)
+                    continue
+                if resp.status_code >= 500:
+                    raise VllmServerError(f"POST {ep.base_url}{path}: HTTP {resp.status_code}: "
+                                          f"{resp.text[:500]}{self._log_hint(ep)}")
+                if resp.status_code >= 400:
+                    raise VllmRequestError(f"POST {ep.base_url}{path}: HTTP {resp.status_code}: "
+                                           f"{resp.text[:500]}")
+                try:
+                    return resp.json()
+                except ValueError as exc:
+                    raise VllmResponseError(
+                        f"POST {path}: body is not JSON: {resp.text[:200]}") from exc
+        finally:
+            with self._lock:
+                ep.in_flight -= 1
+
+    def _log_hint(self, ep: Endpoint) -> str:
+        if ep.server is None:
             return ""
-        return f"\n(server log {self.server.log_path}):\n{self.server.log_tail(15)}"
+        return f"\n(server log {ep.server.log_path}):\n{ep.server.log_tail(15)}"
+
+    def _live(self) -> list[Endpoint]:
+        live = [ep for ep in self.endpoints if ep.live]
+        if not live:
+            raise VllmServerError("no vLLM server left: " + "; ".join(
+                f"{ep.base_url}: {ep.failure}" for ep in self.endpoints))
+        return live
+
+    def _retire(self, ep: Endpoint, why: str) -> None:
+        """Take a server out of the rotation; its groups are routed afresh."""
+        ep.live, ep.failure = False, why
+        self.router.forget(ep.index)
+
+    def _dispatch(self, prompts: Sequence[Sequence[int]], bodies: list[dict]) -> tuple[list, int]:
+        """Every request answered by some live server, in prompt order, with the server that
+        answered; a server failing mid-call is retired and its requests re-queued on the
+        others. Returns (responses as (endpoint, body) pairs, requests re-queued)."""
+        out: list = [None] * len(bodies)
+        pending = list(range(len(bodies)))
+        requeued = 0
+        while pending:
+            self._live()  # names every failure when none is left
+            with self._lock:
+                loads = [ep.in_flight for ep in self.endpoints]
+            targets = self.router.route([prompts[i] for i in pending],
+                                        [ep.live for ep in self.endpoints], loads)
+            workers = max(1, min(self.params.max_concurrency * len(self.endpoints), len(pending)))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [(i, self.endpoints[t], pool.submit(
+                    self._post, "/v1/completions", bodies[i], self.endpoints[t]))
+                    for i, t in zip(pending, targets)]
+            failed = []
+            for i, ep, fut in futures:
+                exc = fut.exception()
+                if isinstance(exc, VllmServerError):
+                    failed.append(i)
+                    if ep.live:
+                        self._retire(ep, str(exc).splitlines()[0])
+                elif exc is not None:
+                    raise exc
+                else:
+                    out[i] = (ep, fut.result())
+            requeued += len(failed)
+            pending = failed
+        return out, requeued
 
     # ------------------------------------------------------------ protocol
     def generate(
@@ -330,11 +499,9 @@ class VllmEngine:
         bodies = [completion_request(self.model, p, params, s, g)
                   for p, s, g in zip(prompts, seeds, self._grammars(prompts, params))]
         t0 = time.perf_counter()
-        workers = max(1, min(self.params.max_concurrency, len(bodies)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            responses = list(pool.map(lambda b: self._post("/v1/completions", b), bodies))
+        responses, requeued = self._dispatch(prompts, bodies)
         samples = []
-        for prompt, s, resp in zip(prompts, seeds, responses):
+        for prompt, s, (ep, resp) in zip(prompts, seeds, responses):
             choices = resp.get("choices") or []
             if len(choices) != 1:
                 raise VllmResponseError(f"asked for one choice, got {len(choices)}")
@@ -342,13 +509,15 @@ class VllmEngine:
             sample.prefill_tokens = prefill_tokens(resp, len(prompt))
             sample.extras.update(policy_version=self.policy_version,
                                  policy_step=self.policy_step, engine=self.name,
-                                 request_seed=s)
+                                 request_seed=s, server=ep.name)
             samples.append(sample)
         self.last_stats = {
             "samples": len(samples),
             "generated_tokens": sum(len(x.token_ids) for x in samples),
             "prefill_tokens_requested": sum(len(p) for p in prompts),
             "prefill_tokens_computed": sum(x.prefill_tokens for x in samples),
+            "requeued": requeued,
+            "servers_live": sum(ep.live for ep in self.endpoints),
             "seconds": time.perf_counter() - t0,
         }
         return samples
@@ -409,47 +578,71 @@ class VllmEngine:
     # ------------------------------------------------------ policy updates
     def sync_weights(self, source: WeightSource, policy_version: str, policy_step: int) -> None:
         """Serve policy `policy_version` (ordinal `policy_step`) from the directory `source`
-        (a model dir; a PEFT adapter dir in 'lora' mode), by the server's update mode.
-        `policy_version` / `policy_step` change only on success; `last_sync_seconds` says
-        how long it took."""
+        (a model dir; a PEFT adapter dir in 'lora' mode), by the servers' update mode, on
+        every server at once. A server the update does not reach leaves the rotation (it
+        holds the old policy) until a later update reaches it; when none is reached the
+        call fails and nothing changes. `policy_version` / `policy_step` change only on
+        success; `last_sync_seconds` says how long it took, `last_sync_failures` which
+        servers it missed and why."""
         step = check_policy_step(policy_step)
         if isinstance(source, Mapping):
             raise VllmUpdateError(
                 "the vllm engine takes a policy directory, not a state dict: save the weights "
                 "(save_pretrained) and pass that directory"
             )
-        if self.server is None:
+        if any(ep.server is None for ep in self.endpoints):
             raise VllmUpdateError(
                 "this engine is attached to an external server (base_url); update it there"
             )
         path, version = Path(source), policy_version
-        mode = self.server.params.update
         t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=len(self.endpoints)) as pool:
+            done = [pool.submit(self._update, ep, path, version) for ep in self.endpoints]
+        failures = {ep.base_url: f"{type(f.exception()).__name__}: {f.exception()}"
+                    for ep, f in zip(self.endpoints, done) if f.exception() is not None}
+        if len(failures) == len(self.endpoints):
+            first = next(f.exception() for f in done)
+            if len(self.endpoints) == 1:
+                raise first
+            raise VllmUpdateError(f"policy {version} reached no server: {failures}") from first
+        if self.params.server.update == "lora":
+            self.model = version
+        for ep in self.endpoints:
+            if ep.base_url in failures:
+                self._retire(ep, f"missed policy {version}: {failures[ep.base_url]}")
+            else:
+                ep.live, ep.failure = True, ""
+        self.policy_version = version
+        self.policy_step = step
+        self.last_sync_failures = failures
+        self.last_sync_seconds = time.monotonic() - t0
+
+    def _update(self, ep: Endpoint, path: Path, version: str) -> None:
+        """Move one owned server to the policy in `path`, checking it serves it after."""
+        server = ep.server
+        mode = server.params.update
         if mode == "restart":
-            self.server.restart(path)
-            self._bind(self.server.base_url)
-            roots = {m.get("root") for m in self.server.served_models()}
+            server.restart(path)
+            self._bind(ep, server.base_url)
+            roots = {m.get("root") for m in server.served_models()}
             if str(Path(path).resolve()) not in roots:
                 raise VllmUpdateError(f"server serves {sorted(map(str, roots))} after restart, not {path}")
         elif mode == "reload":
-            self.server.reload_weights(path, version)
+            server.reload_weights(path, version)
         elif mode == "lora":
-            old = self.model if self.model != self.params.served_model_name else None
-            self.server.load_lora(version, path)
-            self.model = version
-            if old is not None and old != version:
-                self.server.unload_lora(old)
+            server.load_lora(version, path)
+            old, ep.adapter = ep.adapter, version
+            if old and old != version:
+                server.unload_lora(old)
         else:  # pragma: no cover - guarded by the params Literal
             raise VllmUpdateError(f"unknown update mode {mode!r}")
-        self.policy_version = version
-        self.policy_step = step
-        self.last_sync_seconds = time.monotonic() - t0
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        if self.server is not None:
-            self.server.stop()
+        for ep in self.endpoints:
+            if ep.client is not None:
+                ep.client.close()
+            if ep.server is not None:
+                ep.server.stop()
 
     def __enter__(self) -> "VllmEngine":
         return self
@@ -461,11 +654,12 @@ class VllmEngine:
 def open_vllm_engine(model_dir: str | Path, *, policy_version: str = "0", policy_step: int = 0,
                      repo_root: str | Path | None = None, where: str = "rollout.engine_options",
                      **options) -> VllmEngine:
-    """Launch (or attach to) a vLLM server for `model_dir` from a plain option mapping, e.g.
+    """Launch (or attach to) vLLM servers for `model_dir` from a plain option mapping, e.g.
     a stage's `engine_options` (`rlvr.engines.build_engine("vllm", ...)` parses them itself). The
     options are VllmEngineParams fields (`server:` nested), validated like params.yaml: an
     unknown or mistyped key is a ConfigError naming `<where>.<key>`. Close the engine (or
-    use it as a context manager) to stop an owned server."""
+    use it as a context manager) to stop owned servers."""
     params = parse(VllmEngineParams, options, where)
+    params.urls(where)
     return VllmEngine.launch(model_dir, params, policy_version=policy_version,
                              policy_step=policy_step, repo_root=repo_root)

@@ -1,5 +1,11 @@
 """Start, health-check, update and stop a vLLM OpenAI-compatible server from its own venv.
 
+Where it listens: loopback by default. Any other address (a server other hosts' rollout
+workers reach) needs a bearer token in the variable `token_env` names: the server gets it
+as VLLM_API_KEY (environment, not argv) and vLLM then answers /v1 only with it, the client
+sends it; `update: reload` is refused there, since vLLM 0.32's dev-mode endpoints
+(/pause, /collective_rpc) take no token.
+
 vLLM cannot share rlvr's venv (it pins its own torch and an older fastapi than prefect
 needs, see /work/shared/ENVIRONMENT.md), so it runs as a subprocess of the interpreter in
 `.venv-vllm` (scripts/setup_vllm_env.sh) and rlvr talks to it over loopback HTTP only.
@@ -58,6 +64,7 @@ How a new policy version reaches the server (`update` mode, see `VllmEngine.sync
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import json
 import os
 import signal
@@ -103,7 +110,11 @@ class VllmServerParams:
     """The `vllm.server` part of the rollout params (see VllmEngineParams)."""
 
     venv: str = ".venv-vllm"
-    host: str = "127.0.0.1"  # loopback only: the dev/LoRA admin endpoints must not be exposed
+    # loopback by default. Any other address needs the token below: vLLM then answers /v1
+    # (completions, LoRA loading) only with it; `update: reload` is refused off loopback,
+    # its dev-mode endpoints (/pause, /collective_rpc) take no token in vLLM 0.32
+    host: str = "127.0.0.1"
+    token_env: str = "RLVR_VLLM_TOKEN"  # environment variable holding the bearer token
     port: int = 0  # 0 = a free port chosen at start
     dtype: str = "float32"  # the torch engine scores in float32; keep them comparable
     max_model_len: int = 0  # 0 = the model's max_position_embeddings
@@ -124,6 +135,42 @@ class VllmServerParams:
     stop_timeout_s: float = 30.0
     log_dir: str = ""  # "" = a temp dir
     extra_args: list[str] = field(default_factory=list)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) only ever means this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def server_token(token_env: str) -> str:
+    """The bearer token the servers and their clients share ("" when the variable is unset)."""
+    return os.environ.get(token_env, "") if token_env else ""
+
+
+def auth_headers(token_env: str) -> dict[str, str]:
+    token = server_token(token_env)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def check_exposure(params: "VllmServerParams") -> None:
+    """Refuse to listen off loopback without a token, or with admin endpoints no token guards
+    (a server that samples for the trainer also accepts its weights)."""
+    if is_loopback(params.host):
+        return
+    if not server_token(params.token_env):
+        raise VllmStartError(
+            f"vllm.server.host {params.host!r} is not loopback: set the bearer token in "
+            f"${params.token_env or '<server.token_env>'} (vLLM then guards /v1 with it)")
+    if params.update == "reload":
+        raise VllmStartError(
+            f"vllm.server.update 'reload' on host {params.host!r}: its dev-mode endpoints "
+            "(/pause, /collective_rpc) take no token in vLLM 0.32; listen on loopback or "
+            "update by 'restart' or 'lora'")
 
 
 def _free_port(host: str) -> int:
@@ -265,6 +312,10 @@ class VllmServer:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self.params.update == "lora":
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env.pop("VLLM_API_KEY", None)  # only the token named by token_env, never a stray one
+        token = server_token(self.params.token_env)
+        if token:  # through the environment, not argv: `ps` shows a command line to everyone
+            env["VLLM_API_KEY"] = token
         return env
 
     def start(self) -> float:
@@ -276,6 +327,7 @@ class VllmServer:
                 f"{self.python} not found: create the vLLM venv with scripts/setup_vllm_env.sh"
             )
         check_model_dir(self.model_dir, self.venv)
+        check_exposure(self.params)
         last_error: VllmStartError | None = None
         for _attempt in range(3):  # a free port can be taken between probe and bind
             if self.params.port == 0:
@@ -394,7 +446,8 @@ class VllmServer:
     # ------------------------------------------------------- in-place policy updates
     def _post(self, client: httpx.Client, path: str, **kwargs) -> httpx.Response:
         try:
-            resp = client.post(f"{self.base_url}{path}", **kwargs)
+            resp = client.post(f"{self.base_url}{path}",
+                               headers=auth_headers(self.params.token_env), **kwargs)
         except httpx.HTTPError as exc:
             raise VllmUpdateError(f"POST {path}: {exc}") from exc
         if resp.status_code != 200:
@@ -442,6 +495,7 @@ class VllmServer:
             self._post(client, "/v1/unload_lora_adapter", json={"lora_name": name})
 
     def served_models(self) -> list[dict]:
-        resp = httpx.get(f"{self.base_url}/v1/models", timeout=30)
+        resp = httpx.get(f"{self.base_url}/v1/models", timeout=30,
+                         headers=auth_headers(self.params.token_env))
         resp.raise_for_status()
         return resp.json().get("data", [])

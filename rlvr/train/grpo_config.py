@@ -187,6 +187,7 @@ class GRPOParams:
             from rlvr.engines.vllm_engine import VllmEngineParams
 
             served = parse(VllmEngineParams, self.engine_options, f"{where}.engine_options")
+            served.urls(f"{where}.engine_options")
             if self.lora.enabled:
                 if served.server.update != "lora":
                     bad("engine_options.server.update", "must be 'lora' with lora.enabled (the "
