@@ -160,7 +160,8 @@ def cmd_verify(args) -> None:
     require_diff(patch, str(args.patch))
     backend = args.backend or sandbox.backend
     with Enclave(backend=backend, limits=sandbox.limits.to_limits(), workers=1,
-                 consensus_runs=vparams.consensus_runs) as enclave:
+                 consensus_runs=vparams.consensus_runs,
+                 sandbox_options=sandbox.options() if backend == sandbox.backend else {}) as enclave:
         verdict = enclave.verify(task, patch, seed=args.seed if args.seed is not None
                                  else vparams.seed)
     print(json.dumps(verdict.public(), sort_keys=True))

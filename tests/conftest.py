@@ -13,20 +13,42 @@ import pytest
 from rlvr.errors import SandboxUnavailable
 
 
+def remote_docker_options() -> dict:
+    """get_sandbox options of the second Docker daemon `make test` starts: reachable only over
+    TCP with mutual TLS, sharing no path with this machine's mounts (scripts/dockerd.sh with
+    RLVR_DOCKER_TLS_PORT); {} when none runs."""
+    host = os.environ.get("RLVR_DOCKER_TLS_HOST", "")
+    return {"docker_host": host, "tls_dir": os.environ.get("RLVR_DOCKER_TLS_DIR")} if host else {}
+
+
 def _sandbox_or_skip(name: str):
     from rlvr.sandbox import get_sandbox
 
     try:
+        if name == "docker-tls":
+            options = remote_docker_options()
+            if not options:
+                raise SandboxUnavailable("RLVR_DOCKER_TLS_HOST is not set")
+            return get_sandbox("docker", **options)
         return get_sandbox(name)
     except SandboxUnavailable as exc:
-        if name == "docker" and os.environ.get("RLVR_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"docker backend required but unavailable: {exc}")
+        if name.startswith("docker") and os.environ.get("RLVR_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"{name} backend required but unavailable: {exc}")
         pytest.skip(f"{name} sandbox unavailable here: {exc} (make test starts dockerd)")
 
 
 @pytest.fixture(scope="session", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
 def sandbox_backend(request) -> str:
     """Name of a backend that is really runnable (or a skip / failure saying why not)."""
+    _sandbox_or_skip(request.param)
+    return request.param
+
+
+@pytest.fixture(scope="session", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker),
+                                         pytest.param("docker-tls", marks=pytest.mark.docker)])
+def sandbox_place(request) -> str:
+    """`sandbox_backend`, plus the docker backend on a remote daemon over TLS (the copy
+    transport): for the suites every place must pass (conformance)."""
     _sandbox_or_skip(request.param)
     return request.param
 

@@ -1,4 +1,5 @@
-"""The verification enclave end to end, on every sandbox backend (`sandbox_backend`).
+"""The verification enclave end to end, on every sandbox place (`sandbox_place`: bwrap,
+docker, docker over TCP+TLS on a second daemon).
 
 A tiny task (tests/adversarial/tiny_task.py: a 2-module package, public tests, a hidden
 suite with a hidden conftest fixture and parametrized tests) is verified with the reference
@@ -11,6 +12,7 @@ import os
 
 import pytest
 
+from conftest import remote_docker_options
 from adversarial.tiny_task import ALL_HIDDEN, CORE, FAIL_TO_PASS, FIXED_CORE, HIDDEN, make_task, patch_to, with_core
 from rlvr.artifacts.schemas import VERDICT_REASONS
 from rlvr.enclave import VERIFIER_VERSION, Enclave, run_seed, task_key
@@ -31,8 +33,14 @@ COIN_CORE = FIXED_CORE.replace('"""x limited to the closed interval [lo, hi]."""
 
 
 @pytest.fixture(scope="module")
-def enclave(sandbox_backend):
-    with Enclave(backend=sandbox_backend, limits=LIMITS, workers=2, consensus_runs=3) as enc:
+def enclave(sandbox_place):
+    """An enclave per place: bwrap, docker, and docker on a second daemon reachable only over
+    TCP with mutual TLS (its workers' code copied into the daemon's volumes, no bind mount)."""
+    backend, options = (("docker", {"docker_hosts": [remote_docker_options()["docker_host"]],
+                                    "tls_dir": remote_docker_options()["tls_dir"]})
+                        if sandbox_place == "docker-tls" else (sandbox_place, {}))
+    with Enclave(backend=backend, limits=LIMITS, workers=2, consensus_runs=3,
+                 sandbox_options=options) as enc:
         yield enc
 
 

@@ -1,6 +1,8 @@
 """Protocol conformance: every sandbox backend gives the same guarantees (rlvr/sandbox/base.py).
 
-Each test runs once per backend through the `sandbox_backend` fixture (bwrap, docker). The
+Each test runs once per place through the `sandbox_place` fixture: bwrap, docker on this
+machine's daemon, and docker on a daemon reachable only over TCP with mutual TLS (the copy
+transport: no shared file system; what it cannot give is refused by name). The
 verification enclave and the policy workspace are written against the protocol only, so a
 backend that passes here can replace another without changing a verdict — and one that fails
 here would let policy code reach the network, the hidden tests, or the reward.
@@ -22,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import remote_docker_options
+from rlvr.errors import SandboxUnavailable
 from rlvr.sandbox import Limits, Mount, Sandbox, ServerHandle, get_sandbox
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,18 +35,27 @@ _sandboxes: dict[str, Sandbox] = {}
 
 
 @pytest.fixture
-def sandbox(sandbox_backend) -> Sandbox:
-    """One instance per backend for the whole session (construction probes the backend, and
-    the docker one builds or finds its image on first use)."""
-    if sandbox_backend not in _sandboxes:
-        _sandboxes[sandbox_backend] = get_sandbox(sandbox_backend)
-    return _sandboxes[sandbox_backend]
+def sandbox(sandbox_place) -> Sandbox:
+    """One instance per backend (and place) for the whole session (construction probes the
+    backend, and the docker one builds or finds its image on first use). `docker-tls`: the
+    docker backend on a daemon reachable only over TCP+TLS, through the copy transport."""
+    if sandbox_place not in _sandboxes:
+        _sandboxes[sandbox_place] = (get_sandbox("docker", **remote_docker_options())
+                                     if sandbox_place == "docker-tls"
+                                     else get_sandbox(sandbox_place))
+    return _sandboxes[sandbox_place]
 
 
 def py(sandbox: Sandbox, code: str, **kwargs):
     """Run a Python snippet in the sandbox (dedented), with ENV unless `env` is given."""
     kwargs.setdefault("env", ENV)
     return sandbox.run([sandbox.python, "-c", textwrap.dedent(code)], **kwargs)
+
+
+def copies(sandbox) -> bool:
+    """A place that shares no file system with this machine (the docker backend's copy
+    transport): mounts are copied in, writable ones come back when a run ends."""
+    return getattr(sandbox, "transport", "bind") == "copy"
 
 
 def report(result) -> dict:
@@ -237,6 +250,10 @@ def test_single_file_mount(sandbox, tmp_path):
     working directory."""
     script = tree(tmp_path, "code") / "probe.py"
     script.write_text("print('from a mounted file')\n")
+    if copies(sandbox):  # a volume is a directory: refused by name, before any container
+        with pytest.raises(ValueError, match="copy transport .* mounts directories only"):
+            sandbox.run([sandbox.python, "/work/probe.py"], mounts=[Mount(script, "/work/probe.py")])
+        return
     r = sandbox.run([sandbox.python, "/work/probe.py"], mounts=[Mount(script, "/work/probe.py")],
                     env=ENV)
     assert r.ok, r.stderr
@@ -448,8 +465,9 @@ def heartbeat():
         beat()
         time.sleep(0.02)
 
-beat()  # before serving: the first beat never races the requests
-threading.Thread(target=heartbeat, daemon=True).start()
+if os.path.isdir("/hb"):  # no heartbeat where no live writable mount can be had
+    beat()  # before serving: the first beat never races the requests
+    threading.Thread(target=heartbeat, daemon=True).start()
 for line in sys.stdin:
     request = json.loads(line)
     sys.stdout.write(json.dumps({"echo": request, "env": os.environ.get("MARK")}) + "\\n")
@@ -463,8 +481,12 @@ def test_serve_round_trip_and_close(sandbox, tmp_path):
     code, hb = tree(tmp_path, "code"), tree(tmp_path, "hb")
     (code / "server.py").write_text(ECHO_SERVER)
     (hb / "beat").write_text("")
-    handle = sandbox.serve([sandbox.python, "/runner/server.py"],
-                           mounts=[Mount(code, "/runner"), Mount(hb, "/hb", writable=True)],
+    mounts = [Mount(code, "/runner"), Mount(hb, "/hb", writable=True)]
+    if copies(sandbox):  # live writes need a shared file system: refused by name; the rest
+        with pytest.raises(SandboxUnavailable, match="server's writable mount needs a file"):
+            sandbox.serve([sandbox.python, "/runner/server.py"], mounts=mounts, env=ENV)
+        mounts = mounts[:1]  # of the round trip holds, the end checked on the daemon
+    handle = sandbox.serve([sandbox.python, "/runner/server.py"], mounts=mounts,
                            env={**ENV, "MARK": "m1"})
     try:
         assert isinstance(handle, ServerHandle)
@@ -479,6 +501,9 @@ def test_serve_round_trip_and_close(sandbox, tmp_path):
     finally:
         handle.close()
     assert not handle.alive()
+    if copies(sandbox):
+        assert handle.container_id not in sandbox.containers()
+        return
     size = (hb / "beat").stat().st_size
     assert size > 0, "the server's heartbeat never ran; the probe is broken"
     time.sleep(0.5)

@@ -188,7 +188,8 @@ def roll_out(tasks: list[Task], params: RolloutParams, sandbox_params: SandboxPa
         raise TypeError("roll_out needs a live `engine` or `open_engine` to build one")
     codec = load_codec(params.model_dir)
     check_grammar_format(params.decoding.grammar, codec.format.name, "rollout.decoding.grammar")
-    sandbox = sandbox if sandbox is not None else get_sandbox(sandbox_params.backend)
+    if sandbox is None:
+        sandbox = get_sandbox(sandbox_params.backend, **sandbox_params.options())
     owned = engine is None
     engine = open_engine(params, codec.format.name) if owned else engine
     try:

@@ -217,16 +217,19 @@ class Enclave:
         """An enclave on a `sandbox` params section's backend, limits and workers; `opts`
         are other constructor arguments (consensus_runs) or override those (workers)."""
         return cls(**{"backend": sandbox.backend, "limits": sandbox.limits.to_limits(),
-                      "workers": sandbox.workers, **opts})
+                      "workers": sandbox.workers, "sandbox_options": sandbox.options(), **opts})
 
     def __init__(self, backend: str = "bwrap", limits: Limits | None = None, workers: int = 1,
-                 consensus_runs: int = 3, lean_runner: bool = True):
+                 consensus_runs: int = 3, lean_runner: bool = True,
+                 sandbox_options: dict | None = None):
         if workers < 1:
             raise ValueError("workers must be >= 1")
         if consensus_runs < 1:
             raise ValueError("consensus_runs must be >= 1")
         self.backend = backend
-        self.sandbox = get_sandbox(backend)
+        # where its servers run (docker: `sandbox.docker_hosts`, one server per worker spread
+        # over the hosts; the servers' code travels into each host's volumes)
+        self.sandbox = get_sandbox(backend, **(sandbox_options or {}))
         self.limits = limits or Limits()
         self.workers = workers
         self.consensus_runs = consensus_runs

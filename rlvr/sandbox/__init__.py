@@ -8,7 +8,8 @@ BACKENDS = ("bwrap", "docker")
 
 
 def get_sandbox(name: str = "bwrap", **options) -> Sandbox:
-    """The backend called `name`; raises SandboxUnavailable when it cannot run here."""
+    """The backend called `name`; raises SandboxUnavailable when it cannot run here.
+    docker: `docker_hosts` (SandboxParams.options) spreads it over several daemons."""
     if name == "bwrap":
         # plugin boundary: a backend loads only when chosen; `Limits`/`Mount` users need neither
         from rlvr.sandbox.bwrap import BwrapSandbox
@@ -18,6 +19,13 @@ def get_sandbox(name: str = "bwrap", **options) -> Sandbox:
         # plugin boundary: docker's backend (requests, the image builder) loads only when chosen
         from rlvr.sandbox.docker import DockerSandbox
 
+        hosts = list(options.pop("docker_hosts", None) or [])
+        if len(hosts) > 1:
+            from rlvr.sandbox.docker_hosts import DockerHosts
+
+            return DockerHosts(hosts, **options)
+        if hosts:
+            options["docker_host"] = hosts[0]
         return DockerSandbox(**options)
     raise ConfigError(f"sandbox backend: unknown '{name}' (known: {', '.join(BACKENDS)})")
 

@@ -33,15 +33,23 @@ rlvr does not run as root the container simply runs as the caller's own uid/gid,
 the mounts already. A container's streams travel over the raw attach socket
 (`rlvr.sandbox.docker_attach`).
 
-The daemon must be local (bind sources are paths on this machine); `scripts/dockerd.sh start`
-runs a private one.
+Where the daemon runs (rlvr/sandbox/docker_client.py). A local daemon (unix socket) binds
+this machine's paths as above (`transport = "bind"`); `scripts/dockerd.sh start` runs a
+private one. A daemon on another host (tcp:// with mutual TLS, or ssh://) cannot see them:
+mounts travel as tar archives into Docker volumes and writable ones come back after each
+run (`transport = "copy"`, rlvr/sandbox/docker_copy.py), and stdin reaches a run as a file
+in a volume, since a TLS stream cannot be half-closed to say end-of-input. Everything else
+(limits, user, network, streams) is the same.
 """
 from __future__ import annotations
 
 import functools
 import os
+import tempfile
+import weakref
 import secrets
 import select
+import shutil
 import signal as signal_mod
 import socket
 import threading
@@ -59,11 +67,18 @@ from rlvr.sandbox.base import (DEFAULT_ENV, UID_HIGH, UID_LOW, UIDS_PER_SUPERVIS
                                RunResult)
 from rlvr.sandbox.docker_attach import (READ_CHUNK, STREAM_STDOUT, CappedBuffer, Demux,
                                         DockerServer, attach_socket, feed_stdin)
+from rlvr.sandbox.docker_client import (Transport, check_address, docker_client, effective_host,
+                                        transport_of)
+from rlvr.sandbox.docker_copy import VolumeCopies
 from rlvr.sandbox.envs import TASKENV_TARGET
 from rlvr.sandbox.idmap import Stager
 from rlvr.sandbox.image import PREFIX, SANDBOX_GID, SANDBOX_UID, build_image
 
 LABEL = "org.rlvr.sandbox"
+STDIN_TARGET = "/.rlvr-stdin"  # copy transport: a run's stdin, as a file in a volume
+# copy transport: the most file data a writable mount may bring back from one run (the bind
+# backend bounds it by the host's disk; here it also travels through memory and the network)
+COPY_BACK_CAP = 1 << 30
 
 
 def _docker():
@@ -81,11 +96,13 @@ _image_lock = threading.Lock()
 
 
 class DockerSandbox:
-    """Sandbox backend on a (local) docker daemon; see the module docstring for the guarantees.
+    """Sandbox backend on a docker daemon; see the module docstring for the guarantees.
 
-    `docker_host` defaults to $DOCKER_HOST (then docker's default socket); `image` to the
-    offline-built `rlvr-sandbox:<hash>` (built on first use, cached by tag); `cpus` is the CPU
-    share per container. Construction only pings the daemon, so it is cheap and fails fast with
+    `docker_host` defaults to $DOCKER_HOST (then docker's default socket); a tcp:// host needs
+    `tls_dir` (docker_client.py); `transport` defaults to bind for a unix socket, copy
+    otherwise (copy also works on a local daemon); `image` to the offline-built
+    `rlvr-sandbox:<hash>` (built on first use, cached by tag); `cpus` is the CPU share per
+    container. Construction only pings the daemon, so it is cheap and fails fast with
     SandboxUnavailable when there is none.
     """
 
@@ -93,13 +110,15 @@ class DockerSandbox:
     python = f"{PREFIX}/bin/python3"
 
     def __init__(self, *, docker_host: str | None = None, image: str | None = None,
-                 cpus: float = 1.0, client=None):
-        docker = _docker()
-        where = docker_host or os.environ.get("DOCKER_HOST") or "the default docker socket"
+                 cpus: float = 1.0, client=None, tls_dir: str | None = None,
+                 transport: Transport | None = None):
+        _docker()
+        where = effective_host(docker_host) or "the default docker socket"
+        self.transport: Transport = transport or transport_of(docker_host)
+        check_address(docker_host, tls_dir)  # a refused address is a ConfigError, not "no daemon"
         try:
             if client is None:
-                client = (docker.DockerClient(base_url=docker_host, timeout=120) if docker_host
-                          else docker.from_env(timeout=120))
+                client = docker_client(docker_host, tls_dir)
             client.ping()
             info = client.info()
         except Exception as exc:  # the SDK raises several unrelated types for "no daemon"
@@ -118,12 +137,30 @@ class DockerSandbox:
         self._swap_limit = info.get("SwapLimit", False) is not False
         self._image = image
         self.cpus = float(cpus)
-        if os.geteuid() == 0:
+        if os.geteuid() == 0 or self.transport == "copy":  # copies carry their own owners
             self.uid, self.gid = SANDBOX_UID, SANDBOX_GID
         else:  # the caller's own ids already own its mounts (and are not root)
             self.uid, self.gid = os.geteuid(), os.getegid()
         self._stager = Stager(self.uid, self.gid)
         self.instance_id = uuid.uuid4().hex[:12]
+        self.docker_host = where
+        self._copies: VolumeCopies | None = None
+        self._copies_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_copies, [])
+
+    @property
+    def copies(self) -> VolumeCopies:
+        """The volumes of the copy transport (created on first use: it needs the image)."""
+        with self._copies_lock:
+            if self._copies is None:
+                self._copies = VolumeCopies(self._api, self.image, self.instance_id, LABEL)
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _close_copies, [self._copies])
+            return self._copies
+
+    def close(self) -> None:
+        """Remove the volumes this instance filled (copy transport; nothing to do for bind)."""
+        self._finalizer()
 
     # -- public protocol ------------------------------------------------------------------
     @property
@@ -144,23 +181,40 @@ class DockerSandbox:
         docker = _docker()
         mounts = _with_task_env(mounts, task_env)
         staged: list[str] = []
+        volumes: list[str] = []
+        backs: list[tuple[str, Path, set]] = []
         cid = None
+        stdin_dir = None
         try:
+            if stdin is not None and self.transport == "copy":
+                stdin_dir = Path(tempfile.mkdtemp(prefix="rlvr-stdin-"))
+                (stdin_dir / "data").write_bytes(stdin)
+                mounts = [*mounts, Mount(stdin_dir, STDIN_TARGET)]
             config = self._container_config(argv, mounts, cwd, env, limits, staged,
-                                            stdin_open=stdin is not None)
+                                            stdin_open=stdin is not None and stdin_dir is None,
+                                            volumes=volumes, copy_backs=backs,
+                                            stdin_file=stdin_dir is not None)
             cid = self._create(config)
-            sock, keepalive = attach_socket(self._api, cid, stdin=stdin is not None)
+            piped = stdin if stdin_dir is None else None
+            sock, keepalive = attach_socket(self._api, cid, stdin=piped is not None)
             try:
-                return self._run_attached(cid, sock, limits, stdin)
+                result = self._run_attached(cid, sock, limits, piped)
             finally:
                 sock.close()
                 del keepalive
+            for target, source, skip in backs:
+                self.copies.copy_back(cid, target, source, skip, COPY_BACK_CAP)
+            return result
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise SandboxUnavailable(f"docker backend: {type(exc).__name__}: {exc}") from exc
         finally:
             if cid is not None:
                 self._destroy(cid)
             self._stager.release(staged)
+            if volumes:
+                self.copies.remove(volumes)
+            if stdin_dir is not None:
+                shutil.rmtree(stdin_dir, ignore_errors=True)
 
     def serve(self, argv: Sequence[str], *, mounts: Sequence[Mount] = (), cwd: str = "/work",
               env: dict[str, str] | None = None, limits: Limits = Limits(),
@@ -174,6 +228,11 @@ class DockerSandbox:
         """
         docker = _docker()
         mounts = _with_task_env(mounts, task_env)
+        if self.transport == "copy" and any(m.writable for m in mounts):
+            raise SandboxUnavailable(
+                f"docker backend ({self.docker_host}, copy transport): a server's writable mount "
+                "needs a file system shared with this machine; its writes could only come back "
+                "when it stops")
         staged: list[str] = []
         cid = None
         try:
@@ -204,7 +263,13 @@ class DockerSandbox:
 
     # -- internals ------------------------------------------------------------------------
     def _container_config(self, argv, mounts, cwd, env, limits: Limits, staged: list[str], *,
-                          stdin_open: bool, supervisor: bool = False) -> dict:
+                          stdin_open: bool, supervisor: bool = False,
+                          volumes: list[str] | None = None,
+                          copy_backs: list[tuple[str, Path, set]] | None = None,
+                          stdin_file: bool = False) -> dict:
+        """The container's create arguments. Copy transport: the volumes filled for this
+        container go to `volumes` (to remove after it), the writable mounts to bring back to
+        `copy_backs`; `stdin_file`: the command reads STDIN_TARGET/data as its stdin."""
         docker = _docker()
         argv = [str(a) for a in argv]
         if not argv:
@@ -228,19 +293,30 @@ class DockerSandbox:
 
         docker_mounts = []
         targets = set()
-        for m in sorted(mounts, key=lambda m: len(PurePosixPath(m.target).parts)):
+        ordered = sorted(mounts, key=lambda m: len(PurePosixPath(m.target).parts))
+        for m in ordered:  # every mount point first: a copy takes its tree as it is then
             target = str(PurePosixPath(m.target))
             if not target.startswith("/"):
                 raise ValueError(f"sandbox: mount target must be absolute, got {m.target!r}")
             source = Path(m.source).resolve()
             if not source.exists():
                 raise FileNotFoundError(f"sandbox: mount source {m.source} does not exist")
+            if self.transport == "copy" and not source.is_dir():
+                raise ValueError(f"sandbox: the copy transport ({self.docker_host}) mounts "
+                                 f"directories only; {m.source} is not one (mount its directory)")
             self._ensure_mountpoint(mounts, target, source)
-            host_path = stager.stage(source, readonly=not m.writable)
-            if host_path != str(source):
-                staged.append(host_path)
-            docker_mounts.append(docker.types.Mount(target, host_path, type="bind",
-                                                    read_only=not m.writable))
+        for m in ordered:
+            target = str(PurePosixPath(m.target))
+            source = Path(m.source).resolve()
+            if self.transport == "copy":
+                docker_mounts.append(self._copy_mount(m, target, source, mounts, supervisor,
+                                                      uid, gid, volumes, copy_backs))
+            else:
+                host_path = stager.stage(source, readonly=not m.writable)
+                if host_path != str(source):
+                    staged.append(host_path)
+                docker_mounts.append(docker.types.Mount(target, host_path, type="bind",
+                                                        read_only=not m.writable))
             targets.add(target)
 
         # A limit <= 0 (or None) means "unlimited", as in bwrap. tmpfs pages are charged to the
@@ -285,6 +361,8 @@ class DockerSandbox:
             log_config=docker.types.LogConfig(type="none"),
         )
         command = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        if stdin_file:  # the shell only redirects; `env -i` still starts from nothing
+            command = ["/bin/sh", "-c", f'exec "$@" < {STDIN_TARGET}/data', "sh", *command]
         return dict(
             image=self.image,
             command=command,
@@ -302,6 +380,28 @@ class DockerSandbox:
             labels={LABEL: "1", f"{LABEL}.instance": self.instance_id},
             host_config=host_config,
         )
+
+    def _copy_mount(self, m: Mount, target: str, source: Path, mounts, supervisor: bool,
+                    uid: int, gid: int, volumes: list[str] | None,
+                    copy_backs: list[tuple[str, Path, set]] | None):
+        """A volume holding `source`'s tree, mounted at `target` (copy transport): shared
+        and read-only, or this run's own and brought back after it when writable. Entries
+        are owned by the sandbox user, or keep their host owners for the supervisor (as
+        with bind, where uid 0 sees the host's own)."""
+        docker = _docker()
+        owner = None if supervisor else (uid, gid)
+        if not m.writable:
+            name = self.copies.readonly(source, owner)
+            return docker.types.Mount(target, name, type="volume", read_only=True)
+        if volumes is None or copy_backs is None:
+            raise ValueError(f"sandbox: writable mount {target} without a run to bring it back")
+        name = self.copies.writable(source, owner)
+        volumes.append(name)
+        nested = {PurePosixPath(str(PurePosixPath(o.target))).relative_to(target)
+                  for o in mounts if _is_under(str(PurePosixPath(o.target)), target)
+                  and str(PurePosixPath(o.target)) != target}
+        copy_backs.append((target, source, nested))
+        return docker.types.Mount(target, name, type="volume", read_only=False)
 
     @staticmethod
     def _ensure_mountpoint(mounts, target: str, source: Path) -> None:
@@ -349,9 +449,12 @@ class DockerSandbox:
             if remaining <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([sock], [], [], remaining)
-            if not ready:
-                continue
+            # a TLS socket may hold decrypted bytes select() cannot see
+            pending = getattr(sock, "pending", None)
+            if not (pending and pending()):
+                ready, _, _ = select.select([sock], [], [], remaining)
+                if not ready:
+                    continue
             try:
                 data = sock.recv(READ_CHUNK)
             except OSError:
@@ -407,6 +510,11 @@ class DockerSandbox:
         except docker.errors.APIError as exc:
             if "already in progress" not in str(exc):
                 raise
+
+
+def _close_copies(copies: list[VolumeCopies]) -> None:
+    for c in copies:
+        c.close()
 
 
 def _with_task_env(mounts: Sequence[Mount], task_env: Path | None) -> list[Mount]:

@@ -46,7 +46,11 @@ from rlvr.sandbox.envs import DISTRIBUTIONS, PTH_LINE, PTH_NAME, distribution_cl
 
 REPOSITORY = "rlvr-sandbox"
 # Bumped whenever the layout below changes in a way the file hash would not notice.
-FORMAT_VERSION = "2"  # 2: the task-layer .pth (rlvr.sandbox.envs)
+FORMAT_VERSION = "3"  # 2: the task-layer .pth (rlvr.sandbox.envs); 3: LOAD_DIR
+# Where the copy transport's loader mounts a fresh volume (rlvr/sandbox/docker_copy.py):
+# Docker gives an empty volume the owner and mode of the image directory it is first mounted
+# on, so this directory, owned by the sandbox user, makes a writable volume's root its own
+LOAD_DIR = "/.rlvr-load"
 PREFIX = "/opt/python"
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
@@ -80,6 +84,7 @@ class _Entry:
     source: str | None = None
     data: bytes | None = None
     target: str | None = None
+    owner: int = 0  # uid = gid (root, or the sandbox user for LOAD_DIR)
 
 
 @dataclass
@@ -153,7 +158,7 @@ class RootFS:
         h = hashlib.sha256(f"rlvr-sandbox-image {FORMAT_VERSION} {self.python}\n".encode())
         for path in sorted(self.entries):
             e = self.entries[path]
-            h.update(f"{path}\0{e.kind}\0{e.mode:o}\0{e.target or ''}\0".encode())
+            h.update(f"{path}\0{e.kind}\0{e.mode:o}\0{e.target or ''}\0{e.owner}\0".encode())
             if e.kind == "file":
                 if e.data is not None:
                     h.update(hashlib.sha256(e.data).digest())
@@ -170,8 +175,8 @@ class RootFS:
             for path in sorted(self.entries):
                 e = self.entries[path]
                 info = tarfile.TarInfo(path.lstrip("/"))
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
+                info.uid = info.gid = e.owner
+                info.uname = info.gname = "root" if e.owner == 0 else "sandbox"
                 info.mode = e.mode
                 if e.kind == "dir":
                     info.type = tarfile.DIRTYPE
@@ -314,6 +319,8 @@ def plan_rootfs() -> RootFS:
                     ("/dev", 0o755)):
         fs.add_dir(d, mode)
     fs.entries["/tmp"].mode = 0o1777
+    fs.add_dir(LOAD_DIR, 0o755)
+    fs.entries[LOAD_DIR].owner = SANDBOX_UID
     return fs
 
 

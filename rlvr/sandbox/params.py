@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlvr.errors import ConfigError
 from rlvr.sandbox.base import Limits
 
 
@@ -29,3 +30,30 @@ class SandboxParams:
     backend: Literal["bwrap", "docker"] = "bwrap"
     workers: int = 2
     limits: LimitParams = field(default_factory=LimitParams)
+    # docker: the daemons sandboxes are spread over (the enclave's workers and the policy's
+    # tool sandboxes alike); () = this machine's ($DOCKER_HOST, else docker's socket). Each
+    # is unix://, tcp:// (mutual TLS, see docker_tls_dir: a daemon is root on its host, so
+    # plain tcp is refused) or ssh://; a host other than unix:// shares no file system, so
+    # mounts are copied (rlvr/sandbox/docker_copy.py)
+    docker_hosts: tuple[str, ...] = ()
+    docker_tls_dir: str = ""  # ca.pem, cert.pem, key.pem for the tcp:// hosts ("" = $DOCKER_CERT_PATH)
+
+    def __post_init__(self) -> None:
+        """Refuse an address by name before any work (nothing is contacted here)."""
+        if self.docker_hosts and self.backend != "docker":
+            raise ConfigError(f"sandbox.docker_hosts: set for backend {self.backend!r}; the "
+                              "hosts are Docker daemons (backend: docker)")
+        if len(set(self.docker_hosts)) != len(self.docker_hosts):
+            raise ConfigError(f"sandbox.docker_hosts: a host is listed twice {list(self.docker_hosts)}")
+        for i, host in enumerate(self.docker_hosts):
+            # lazy: docker_client's checks import nothing heavy, but the docker SDK is only
+            # needed (and only imported) when a client is really made
+            from rlvr.sandbox.docker_client import check_address
+
+            check_address(host, self.docker_tls_dir or None, where=f"sandbox.docker_hosts[{i}]")
+
+    def options(self) -> dict:
+        """`get_sandbox(self.backend, **options)`: where the backend's sandboxes run."""
+        if not self.docker_hosts:
+            return {}
+        return {"docker_hosts": list(self.docker_hosts), "tls_dir": self.docker_tls_dir or None}

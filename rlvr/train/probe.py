@@ -27,7 +27,7 @@ def parse_error_probe(tasks: Sequence[Task], params: RolloutParams, sandbox_para
     samples without `decoding.grammar`: the signal is whether the *weights* have learned the
     format, which a grammar would hide (it forces every call to parse)."""
     tok = tokenizer or load_tokenizer(params.model_dir)
-    box = sandbox or get_sandbox(sandbox_params.backend)
+    box = sandbox or get_sandbox(sandbox_params.backend, **sandbox_params.options())
     probe = dataclasses.replace(params, engine="torch", group_size=1, policy_version="",
                                 decoding=dataclasses.replace(params.decoding, grammar=""))
 

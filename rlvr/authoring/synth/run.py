@@ -75,7 +75,7 @@ def run_synthesis(seeds: Path, params: SynthRunParams, known: dict[str, str] | N
                           f"under {seeds}")
     families, skipped = families + real, {**skipped, **real_skipped}
     budgets = {f.name: params.synth.for_corpus() for f in real}
-    sandbox = get_sandbox(params.sandbox.backend)
+    sandbox = get_sandbox(params.sandbox.backend, **params.sandbox.options())
     bars: dict = {}
 
     def tick(stage: str, n: int) -> None:
@@ -85,8 +85,8 @@ def run_synthesis(seeds: Path, params: SynthRunParams, known: dict[str, str] | N
 
     limits = params.sandbox.limits.to_limits()
     limits = limits.cpu_budget(min(limits.cpu_seconds, params.synth.suite_timeout_s))
-    with Enclave(backend=params.sandbox.backend, limits=limits, workers=params.sandbox.workers,
-                 consensus_runs=params.synth.consensus_runs) as enclave:
+    with Enclave.for_sandbox(params.sandbox, limits=limits,
+                             consensus_runs=params.synth.consensus_runs) as enclave:
         try:
             return Synthesizer(params.synth, params.curation, enclave, sandbox,
                                workers=params.sandbox.workers, progress=tick,
