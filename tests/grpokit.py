@@ -51,6 +51,17 @@ def fake_verifier(tasks, patches):
             for p in patches]
 
 
+def verifiable(task, enclave):
+    """`task` with the FAIL_TO_PASS / PASS_TO_PASS ids its hidden suite really has (agentkit's
+    tasks carry placeholders, enough for the fake verifier): the tests the unfixed repository
+    fails, and the others the reference passes, as curation derives them."""
+    pristine = enclave.run_suite(task, "", seed=0)
+    fixed = enclave.run_suite(task, task.reference_patch, seed=0)
+    f2p = tuple(sorted(t for t, o in pristine.outcomes.items() if o != "passed"))
+    return task.with_(fail_to_pass=f2p,
+                      pass_to_pass=tuple(sorted(t for t in fixed.outcomes if t not in f2p)))
+
+
 class ForcedFix(WrappedEngine):
     """The trained torch engine, except that at turn 0 the prompts at even batch positions
     (= even sample indices of each group: the collector batches a wave's episodes in group,

@@ -368,9 +368,10 @@ class VllmEngine:
             limits=httpx.Limits(max_connections=max(1, self.params.max_concurrency)),
         )
 
-    def check_servers(self) -> None:
+    def check_servers(self, expect_root: str | None = None) -> None:
         """Before any work: every server answers `/v1/models` and serves this engine's model
-        from the same directory; a server of another policy is refused by name."""
+        from the same directory (`expect_root`, when the caller knows which); a server of
+        another policy is refused by name."""
         roots = {}
         for ep in self.endpoints:
             try:
@@ -388,6 +389,9 @@ class VllmEngine:
             roots[ep.base_url] = served[self.model]
         if len(set(roots.values())) > 1:
             raise VllmUpdateError(f"the servers serve different policies: {roots}")
+        if expect_root is not None and set(roots.values()) != {expect_root}:
+            raise VllmUpdateError(f"the servers serve {sorted(set(roots.values()))}, not the "
+                                  f"policy {self.policy_version} at {expect_root}")
 
     # ---------------------------------------------------------------- HTTP
     def _post(self, path: str, body: dict, endpoint: Endpoint | None = None) -> dict:

@@ -5,7 +5,8 @@ their first prompt, and an episode's next turn extends its last prompt (the tran
 grows), so sending a prompt to the server that sampled its longest earlier prefix keeps a
 whole group, turn after turn, on one server, and that server computes the shared prompt
 once. A prompt with no routed prefix (a new group) goes to the live server with the fewest
-requests in flight, counting what this call already assigned.
+requests in flight, counting what this call already assigned; equally loaded servers take
+new groups in turn (a caller that sends one group per call still spreads them).
 
 Routing never changes a sample: a vLLM request is seeded per sample and depends on its
 prompt and its seed only, so any server returns the same ids (logprobs up to float
@@ -45,6 +46,7 @@ class PrefixRouter:
         self.capacity = capacity
         self._owner: OrderedDict[tuple[int, int], int] = OrderedDict()  # (len, hash) -> server
         self._lengths: dict[int, int] = {}  # prefix length -> how many stored keys have it
+        self._turn = 0  # equally loaded servers take new groups in turn
 
     def _remember(self, key: tuple[int, int], server: int) -> None:
         if key in self._owner:
@@ -89,7 +91,8 @@ class PrefixRouter:
             server = self.owner(hashes, live)
             if server is None:
                 server = min((s for s in range(self.servers) if live[s]),
-                             key=lambda s: (load[s], s))
+                             key=lambda s: (load[s], (s - self._turn) % self.servers))
+                self._turn = (server + 1) % self.servers
             load[server] += 1
             self._remember((len(prompt), hashes[-1]), server)
             out.append(server)

@@ -329,8 +329,9 @@ class VllmServer:
         check_model_dir(self.model_dir, self.venv)
         check_exposure(self.params)
         last_error: VllmStartError | None = None
-        for _attempt in range(3):  # a free port can be taken between probe and bind
-            if self.params.port == 0:
+        for attempt in range(3):  # a free port can be taken between probe and bind
+            # a restart keeps its port (the server's URL names it in passports and routes)
+            if self.params.port == 0 and (self.port == 0 or attempt > 0):
                 self.port = _free_port(self.params.host)
             try:
                 return self._start_once()

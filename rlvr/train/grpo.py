@@ -104,7 +104,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from rlvr.agent.rollout import RolloutParams
+from rlvr.agent.rollout import RolloutParams, roll_out
 from rlvr.engines.base import SamplingParams
 from rlvr.engines.constraint import TokenGrammar
 from rlvr.engines.model_dir import load_policy
@@ -173,6 +173,7 @@ class Run:
     sampler: Sampler | None = None
     acting: Any = None
     producer: DrawProducer | None = None
+    workers: Any = None              # RolloutWorkers (grpo.rollout_workers), or None
     next_draw: Callable[[int], Draw] | None = None
     step_seconds: list[float] = field(default_factory=list)
 
@@ -250,6 +251,8 @@ def train_grpo(base_dir: Path | str, tasks: Sequence[Task], params: GRPOParams,
     finally:
         if run.producer is not None:
             run.producer.close()
+        if run.workers is not None:
+            run.workers.close()
         if run.sampler is not None:
             run.sampler.close()
     found = pathology.detect(state.curves, params.pathology)
@@ -358,10 +361,19 @@ def _open_sampling(run: Run, whole, start_dir: Path, *, by_id: Mapping[str, Task
                                sync_dir=run.run_dir / SYNC_DIR)
     engine = run.sampler.engine
     run.acting = wrap_engine(engine) if wrap_engine is not None else engine
+    roll = roll_out
+    if params.rollout_workers:  # the draws' groups go to Ray actors (their own engine clients)
+        # lazy: Ray (~1 s to import) only for a run that places workers
+        from rlvr.train.rollout_workers import RolloutWorkers
+
+        run.workers = RolloutWorkers(params.rollout_workers, tasks=by_id, rp=rp,
+                                     sandbox_params=sandbox_params, engine=engine,
+                                     wrap=wrap_engine, address=params.ray_address)
+        roll = run.workers.roll_out
     make = functools.partial(make_draw, curriculum=run.curriculum, by_id=by_id,
                              engine=run.acting, rp=rp, sandbox_params=sandbox_params,
                              sandbox=sandbox, verifier=verifier, params=params,
-                             parts_root=run.run_dir / "rollouts", lock=run.lock)
+                             parts_root=run.run_dir / "rollouts", lock=run.lock, roll=roll)
     run.producer = (DrawProducer(make, run.acting, state.draws, params.queue_size)
                     if params.max_staleness > 0 and state.step < params.steps else None)
     run.next_draw = run.producer.next if run.producer is not None else make

@@ -137,6 +137,14 @@ class GRPOParams:
     queue_size: int = 2
     """Async only: draws buffered between the rollout producer and the trainer (the bound
     on how far generation runs ahead)."""
+    rollout_workers: int = 0
+    """0: rank 0 rolls the draws out itself. N: N Ray actors do (rlvr/train/rollout_workers.py),
+    one group at a time each, with their own collector, workspaces, tool sandboxes and a
+    client of the sampler's vLLM servers (`engine: vllm`); a worker that dies has its groups
+    re-queued on the others. Same groups as 0 for the same seeds."""
+    ray_address: str = ""
+    """With rollout_workers: the Ray cluster to place them on ("" = start one on this host;
+    "auto" or ray://HEAD:10001 = join a running one, whose hosts then run the workers)."""
     consensus_runs: int = 3
     """R fresh enclaves for a first-time pass (SPEC §4 flaky-test consensus)."""
     verify_seed: int = 1234
@@ -160,6 +168,11 @@ class GRPOParams:
         if self.group_size < 2:
             bad("group_size", "must be >= 2 (a group of one has no relative advantage)",
                 self.group_size)
+        if self.rollout_workers < 0:
+            bad("rollout_workers", "must be >= 0", self.rollout_workers)
+        if self.rollout_workers and self.engine != "vllm":
+            bad("rollout_workers", "needs engine: vllm (the workers are clients of the "
+                "sampler's servers)", self.rollout_workers)
         for key in ("max_tasks", "warmup_steps"):
             if getattr(self, key) < 0:
                 bad(key, "must be >= 0", getattr(self, key))

@@ -41,17 +41,19 @@ class Draw:
 
 def make_draw(index: int, *, curriculum: Curriculum, by_id: Mapping[str, Task], engine,
               rp: RolloutParams, sandbox_params: SandboxParams, sandbox, verifier: Verifier,
-              params: GRPOParams, parts_root: Path, lock: threading.Lock | None = None) -> Draw:
+              params: GRPOParams, parts_root: Path, lock: threading.Lock | None = None,
+              roll: Callable[..., list[dict]] = roll_out) -> Draw:
     """Select `tasks_per_draw` tasks, roll them out (G each, sampling round `index`), hand the
-    submitted diffs to the verifier and apply its verdicts (SPEC §5 reward)."""
+    submitted diffs to the verifier and apply its verdicts (SPEC §5 reward). `roll`: who
+    rolls out (`roll_out` in this process, or `RolloutWorkers.roll_out`)."""
     with lock or contextlib.nullcontext():
         chosen = curriculum.select(params.tasks_per_draw, index)
         bands = {t: curriculum.band(t) for t in chosen}
         p_before = {t: curriculum.stats[t].p_hat for t in chosen}
     t0 = time.perf_counter()
     spent: dict = {}
-    rows = roll_out([by_id[t] for t in chosen], rp, sandbox_params, parts_root, engine=engine,
-                    sandbox=sandbox, sampling_round=index, stats=spent)
+    rows = roll([by_id[t] for t in chosen], rp, sandbox_params, parts_root, engine=engine,
+                sandbox=sandbox, sampling_round=index, stats=spent)
     t1 = time.perf_counter()
     patches = patch_rows([r for r in rows if needs_verdict(r)])
     verdicts = verifier([by_id[t] for t in chosen], patches) if patches else []
