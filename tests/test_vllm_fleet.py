@@ -256,3 +256,16 @@ def test_the_passport_names_the_server_of_every_turn():
     assert rebuild_check(row) == []
     plain = passport_row(run_episode(spec, ReplayEngine(codec, [VIEW, SUBMIT]), cfg))
     assert {t["sampled_by"] for t in plain["turns"]} == {""}
+
+
+def test_a_client_joining_a_running_fleet_retires_a_dead_server(stub):
+    a, b = stub(), stub()
+    eng = fleet(a, b)
+    b.close()
+    with pytest.raises(VllmServerError, match="unreachable"):
+        eng.check_servers()
+    eng.check_servers(down_ok=True)
+    assert [ep.live for ep in eng.endpoints] == [True, False]
+    a.close()
+    with pytest.raises(VllmServerError, match="no vLLM server left"):
+        fleet(a, b).check_servers(down_ok=True)

@@ -368,17 +368,22 @@ class VllmEngine:
             limits=httpx.Limits(max_connections=max(1, self.params.max_concurrency)),
         )
 
-    def check_servers(self, expect_root: str | None = None) -> None:
+    def check_servers(self, expect_root: str | None = None, *, down_ok: bool = False) -> None:
         """Before any work: every server answers `/v1/models` and serves this engine's model
         from the same directory (`expect_root`, when the caller knows which); a server of
-        another policy is refused by name."""
+        another policy is refused by name. `down_ok` (a client joining a running fleet, e.g.
+        a rollout worker): a server that does not answer leaves the rotation instead, as it
+        would mid-call; none answering is still an error."""
         roots = {}
         for ep in self.endpoints:
             try:
                 resp = ep.client.get("/v1/models", timeout=30)
             except httpx.HTTPError as exc:
-                raise VllmServerError(f"vLLM server {ep.base_url} unreachable: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+                why = f"vLLM server {ep.base_url} unreachable: {type(exc).__name__}: {exc}"
+                if not down_ok:
+                    raise VllmServerError(why) from exc
+                self._retire(ep, why)
+                continue
             if resp.status_code != 200:
                 raise VllmServerError(f"vLLM server {ep.base_url}: GET /v1/models answered "
                                       f"HTTP {resp.status_code}: {resp.text[:200]}")
@@ -387,6 +392,7 @@ class VllmEngine:
                 raise VllmRequestError(f"vLLM server {ep.base_url} serves {sorted(served)}, "
                                        f"not {self.model!r}")
             roots[ep.base_url] = served[self.model]
+        self._live()  # none answered: every failure named
         if len(set(roots.values())) > 1:
             raise VllmUpdateError(f"the servers serve different policies: {roots}")
         if expect_root is not None and set(roots.values()) != {expect_root}:

@@ -75,7 +75,7 @@ class _Worker:
                 self.engine.close()
             engine = VllmEngine(list(urls), model, policy_version=version, policy_step=step,
                                 params=self.engine_params)
-            engine.check_servers(root)
+            engine.check_servers(root, down_ok=True)
             self.engine = engine
             self.acting = self.wrap(engine) if self.wrap is not None else engine
             self.policy = policy
