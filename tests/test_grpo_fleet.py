@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ from transformers import AutoModelForCausalLM
 
 from agentkit import build_tiny_policy
 from conftest import _sandbox_or_skip, remote_docker_options
+from test_grpo_ranks import _launch
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_VENV = ROOT / ".venv-vllm"
@@ -43,17 +42,8 @@ def launch(tmp_path: Path, name: str, policy: Path, params: dict, sandbox: dict,
     """The loop through tests/grpo_rank_worker.py `fleet` on `nproc` ranks: rank 0's report."""
     report = tmp_path / f"{name}-report"
     report.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", RLVR_PROGRESS="0",
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-         "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-         str(ROOT / "tests/grpo_rank_worker.py"), "fleet", str(policy), json.dumps(params),
-         str(tmp_path / f"{name}-out"), str(tmp_path / f"{name}-work"), str(report),
-         json.dumps(sandbox)], env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _launch("fleet", policy, json.dumps(params), tmp_path / f"{name}-out",
+            tmp_path / f"{name}-work", report, json.dumps(sandbox), nproc=nproc, timeout=1500)
     return json.loads((report / "rank0.json").read_text())
 
 

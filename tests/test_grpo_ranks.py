@@ -52,7 +52,8 @@ def test_rank_groups_partition_a_mini_batch_by_whole_groups():
     assert rank_groups([7], 1, 2) == []      # a rank may hold no group of a mini-batch
 
 
-def _launch(*args, nproc=2):
+def _launch(*args, nproc=2, timeout=600):
+    """tests/grpo_rank_worker.py ARGS on `nproc` ranks under torchrun; fails with its output."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", RLVR_PROGRESS="0",
@@ -61,7 +62,7 @@ def _launch(*args, nproc=2):
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
          "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
          str(ROOT / "tests/grpo_rank_worker.py"), *map(str, args)],
-        env=env, capture_output=True, text=True, timeout=600)
+        env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 

@@ -21,6 +21,7 @@ def get_sandbox(name: str = "bwrap", **options) -> Sandbox:
 
         hosts = list(options.pop("docker_hosts", None) or [])
         if len(hosts) > 1:
+            # plugin boundary, as above: the several-daemon spread loads only when configured
             from rlvr.sandbox.docker_hosts import DockerHosts
 
             return DockerHosts(hosts, **options)

@@ -26,10 +26,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from rlvr.agent.collector import group_id_for
+from rlvr.agent.rollout import part_path, roll_out, write_shard
+from rlvr.engines.vllm_engine import VllmEngine, VllmEngineParams
 from rlvr.errors import ConfigError
+from rlvr.sandbox import get_sandbox
 from rlvr.tasks.model import Task
 
 ACTOR_RESTARTS = 4  # per worker, over the run
@@ -48,9 +53,6 @@ class _Worker:
 
     def __init__(self, tasks: Mapping[str, Task], rp, sandbox_params, engine_params: dict,
                  wrap: Callable[[Any], Any] | None):
-        from rlvr.engines.vllm_engine import VllmEngineParams
-        from rlvr.sandbox import get_sandbox
-
         self.tasks = dict(tasks)
         self.rp, self.sandbox_params = rp, sandbox_params
         self.engine_params = VllmEngineParams(**engine_params)
@@ -67,8 +69,6 @@ class _Worker:
         """An engine client of `urls` serving (`model`, `version`); a new one when the
         servers or the policy changed, checked against what the servers really serve
         (`root`: the policy directory, when the trainer owns the servers)."""
-        from rlvr.engines.vllm_engine import VllmEngine
-
         policy = (tuple(urls), model, version, step, root)
         if policy != self.policy:
             if self.engine is not None:
@@ -84,10 +84,6 @@ class _Worker:
     def roll(self, task_id: str, sampling_round: int, urls: Sequence[str], model: str,
              version: str, step: int, root: str | None) -> tuple[list[dict], dict]:
         """The passport rows of one group (and what rolling it out spent)."""
-        import tempfile
-
-        from rlvr.agent.rollout import roll_out
-
         engine = self._engine(urls, model, version, step, root)
         stats: dict = {}
         with tempfile.TemporaryDirectory(prefix="rlvr-worker-parts-") as parts:
@@ -102,8 +98,6 @@ class RolloutWorkers:
 
     def __init__(self, n: int, *, tasks: Mapping[str, Task], rp, sandbox_params,
                  engine, wrap: Callable[[Any], Any] | None = None, address: str = ""):
-        from rlvr.engines.vllm_engine import VllmEngine
-
         if n < 1:
             raise ConfigError(f"grpo.rollout_workers: {n} workers (at least 1)")
         if not isinstance(engine, VllmEngine):
@@ -146,9 +140,6 @@ class RolloutWorkers:
                  stats: dict | None = None) -> list[dict]:
         """`rlvr.agent.rollout.roll_out`'s rows for `tasks`, rolled out by the workers."""
         ray = _ray()
-        from rlvr.agent.collector import group_id_for
-        from rlvr.agent.rollout import part_path, write_shard
-
         urls, model, version, step, root = self._policy()
         results: dict[str, list[dict]] = {}
         spent: dict[str, float] = {}
