@@ -19,7 +19,7 @@ import pytest
 from adversarial.cases import (CASES, HIDDEN_UNITTEST, UNITTEST_CASES, UNITTEST_FAIL_TO_PASS, UNITTEST_PASS_TO_PASS,
                                Canary)
 from adversarial.surfaces_collection import COLLECTION_CASES
-from adversarial.surfaces_equality import EQUALITY_CASES, RESIDUAL_CASES
+from adversarial.surfaces_equality import EQUALITY_CASES, SITE_CASES
 from adversarial.threads import THREAD_CASES
 from adversarial.tiny_task import ALL_HIDDEN, FAIL_TO_PASS, FIXED_CORE, HIDDEN_LEAN, REPO, make_task, patch_to, with_core
 from rlvr.enclave import Enclave
@@ -39,7 +39,7 @@ UT_TASK = make_task(hidden_tests=HIDDEN_UNITTEST, fail_to_pass=UNITTEST_FAIL_TO_
 ATTACK_TASKS = {**TASKS, "unittest": UT_TASK}
 # Every attack against every hidden-suite shape it applies to (issue 35's surfaces: some
 # cases need pytest's collector, or a unittest suite).
-ALL_CASES = CASES + COLLECTION_CASES + EQUALITY_CASES + THREAD_CASES
+ALL_CASES = CASES + COLLECTION_CASES + EQUALITY_CASES + SITE_CASES + THREAD_CASES
 ATTACKS = [pytest.param(case, runner, id=f"{case.name}-{runner}")
            for case in ALL_CASES for runner in sorted(ATTACK_TASKS) if runner in case.shapes]
 
@@ -152,16 +152,6 @@ def test_attack_fails(enclave, canary, case, runner):
     _host_untouched(canary, before)
 
 
-@pytest.mark.parametrize("runner", sorted(ATTACK_TASKS))
-@pytest.mark.parametrize("case", RESIDUAL_CASES, ids=[c.name for c in RESIDUAL_CASES])
-@pytest.mark.xfail(strict=True, reason="named residual risk: honest libraries read a hidden caller's file, name and line")
-def test_residual_attack_fails(enclave, canary, case, runner):
-    """Attacks on a channel left open on purpose (the runner's residual-risk list): they
-    still obtain `passed`. Should one start failing, move it to EQUALITY_CASES."""
-    verdict = enclave.verify(ATTACK_TASKS[runner], case.make(canary), seed=20240)
-    assert verdict.success is False
-
-
 @pytest.mark.parametrize("name", ["add_root_conftest", "sitecustomize", "pytest_ini", "pth_file", "symlink"])
 def test_policy_bypass_is_still_harmless_inside(enclave, name):
     """Defence in depth: feed statically-refused patches straight to run_suite (as if the
@@ -262,8 +252,10 @@ OWN_FRAMES = FIXED_CORE.replace('''def clamp(x, lo, hi):
     here = inspect.currentframe()
     assert here.f_code.co_name == "clamp" and here.f_locals["x"] is x
     assert sys._getframe(0).f_globals is globals()
-    caller = here.f_back  # the hidden test: its file and line, nothing else
-    assert caller.f_code.co_filename.endswith("test_core.py") and caller.f_lineno > 0
+    caller = here.f_back  # the hidden test: an alias file name (its module's __file__), line 1
+    assert caller.f_code.co_filename.endswith("/<hidden>.py") and caller.f_lineno == 1
+    assert caller.f_code.co_name == caller.f_code.co_qualname == "<hidden>"
+    assert caller.f_globals == {"__name__": "<hidden>", "__file__": caller.f_code.co_filename}
     assert caller.f_locals == {} and not hasattr(caller.f_code, "co_consts")
     assert inspect.getframeinfo(caller).function == "clamp" or len(inspect.stack()) > 2
     warnings.warn_explicit("old", DeprecationWarning, caller.f_code.co_filename, caller.f_lineno)
@@ -284,8 +276,8 @@ def test_code_under_test_may_introspect_its_own_frames(enclave, runner):
     """inspect.currentframe / sys._getframe give views of the caller's own frames, the
     deprecation pattern `currentframe().f_back.f_code.co_filename` works, and tracebacks,
     logging.exception, warn_explicit and warnings' stacklevel keep working: the reference
-    passes unflagged. (The hidden caller's file, name and line stay visible: a named
-    residual, see RESIDUAL_CASES.)"""
+    passes unflagged. Which hidden test calls is not shown: the caller's view names the
+    alias file and no function, on line 1 (SITE_CASES)."""
     run = enclave.run_suite(TASKS[runner], patch_to(with_core(OWN_FRAMES)), seed=4)
     assert run.outcomes == {t: "passed" for t in ALL_HIDDEN}, run.outcomes
     assert run.safety_flags == []
@@ -297,3 +289,4 @@ def test_enclave_is_sound_after_the_attacks(enclave, runner):
     verdict = enclave.verify(task, task.reference_patch, seed=77)
     assert (verdict.success, verdict.runs, verdict.safety_flags) == (True, 3, [])
     assert enclave.run_suite(task, "", seed=1).outcomes.keys() == set(task.fail_to_pass + task.pass_to_pass)
+

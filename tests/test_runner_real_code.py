@@ -5,7 +5,8 @@ every sandbox backend.
 a value class whose ``__eq__`` builds an object from a dict and rejects unknown keys (the
 equality guard once failed correct fixes: ``eq_override``), a deprecation decorator that
 reads its caller through ``inspect.currentframe().f_back`` (refused frame access failed
-every test of the fixed state), error reporting through ``traceback.format_exc`` and
+every test of the fixed state; the caller's view names the alias file its ``__file__``
+holds, line 1 and no function: issue 35's surface 7), error reporting through ``traceback.format_exc`` and
 ``logging.exception``, and an upstream-style autouse conftest fixture that fills
 ``doctest_namespace`` (``-p no:doctest`` made every test an error). Each shape has a test
 the bug breaks and one it does not: the reference fix must pass all of them with no
@@ -173,8 +174,8 @@ def test_foreign_dict_is_an_error():
 def test_deprecated_alias_warns_at_the_caller():
     with pytest.deprecated_call() as record:
         assert old_convert(Quantity(1, "km"), "cm").value == 100000
-    assert record[0].filename == __file__
-    assert record[0].lineno > 1
+    assert record[0].filename == __file__  # the alias both share (runner.HIDDEN_ALIAS)
+    assert record[0].lineno == 1  # hidden code is compiled on line 1
 
 
 def test_deprecated_alias_of_unchanged_unit():
@@ -183,7 +184,7 @@ def test_deprecated_alias_of_unchanged_unit():
 
 
 def test_caller_name_sees_the_test():
-    assert caller_name() == "test_caller_name_sees_the_test"
+    assert caller_name() == "<hidden>"  # the helper works; which hidden test calls is withheld
 
 
 def test_bad_number_reports_the_traceback():

@@ -65,11 +65,16 @@ Refusing frames altogether broke libraries (deprecation decorators that read
   copies. ``inspect.currentframe``, ``logging``'s caller lookup, ``traceback.extract_stack``
   / ``print_stack`` / ``walk_stack``, ``typing``, ``enum`` and ``namedtuple`` look
   ``sys._getframe`` up at call time and get views. A view of a frame of the code under test
-  shows its real code, line, globals and locals; a view of any other frame (stdlib, pytest,
-  the enclave, hidden tests, or code running in a hidden or enclave module's globals) shows
-  a ``CodeView`` (file, name, qualname, first line: no constants, no bytecode), its line,
-  ``__name__``/``__file__`` of its globals and empty locals (a hidden test's file, name and
-  line stay visible: see Residual risk for why). Views pass
+  shows its real code, line, globals and locals; a view of a trusted frame (stdlib, pytest,
+  the enclave, or code running in an enclave module's globals) shows a ``CodeView`` (file,
+  name, qualname, first line: no constants, no bytecode), its line, ``__name__`` /
+  ``__file__`` / ``__package__`` of its globals and empty locals. A view of a hidden frame
+  (hidden-test code, or code running in a hidden module's globals) does not say which
+  hidden test or line it is: its file is the alias every hidden module is compiled under
+  and sees as ``__file__`` (``<hidden>.py`` in the module's own directory, see "Which test
+  is calling" below), its name and qualname ``<hidden>``, its globals only that
+  ``__file__`` and the ``__name__`` ``<hidden>``, and genuine hidden code runs on line 1.
+  Views pass
   ``isinstance(v, types.FrameType)`` so ``inspect.getframeinfo`` / ``inspect.stack`` work.
   The view classes and the replacement live in a namespace of their own (no path from them
   to this module's globals), hold no state and no real frame, and are filled by the hook
@@ -90,10 +95,34 @@ Refusing frames altogether broke libraries (deprecation decorators that read
 * ``traceback.clear_frames`` (unittest's ``assertRaises`` calls it on the caught
   exception's traceback) may read ``tb_frame`` too, by code identity: it only calls the C
   ``frame.clear()`` on it (an executing frame refuses; a finished one drops its locals).
-* Tracebacks formatted this way show the file, line and function name of hidden-test and
-  pytest frames they pass through (never locals, constants or source: hidden files on
-  disk are empty placeholders); warnings' ``stacklevel`` is resolved in C on real frames
-  and only yields a file name and line.
+* Tracebacks formatted this way show the file, line and function name of the pytest
+  frames they pass through, and of hidden frames the alias file, line 1 and the function's
+  name (see Residual risk) - never locals, constants or source: hidden files on disk are
+  empty placeholders. Warnings' ``stacklevel`` is resolved in C on real frames and yields
+  only a file name and line: for a hidden frame, the alias and 1.
+
+Which test is calling
+---------------------
+A patch that knows a hidden suite (an upstream suite a model memorised) can be right only
+at its graded call sites and wrong everywhere else, if anything tells it which test or line
+is calling. Every channel that reports a frame reads the code object (views, warnings'
+stacklevel resolved in C, tracebacks through hidden frames, logging's caller lookup,
+``__code__`` of a hidden function the code under test reaches), so the code objects say
+nothing: `compile_suite` compiles every hidden module under one alias file name per
+directory (`hidden_alias`: ``<hidden>.py`` next to it, absent on disk; the module's
+``__file__`` is the same alias, so ``os.path.dirname(__file__)`` finds the data files and a
+hidden test checking ``record.filename == __file__`` for a warning it caused still passes)
+and with every statement on line 1, column 0 (`_on_line_one`); every hidden test module is
+named ``rlvr_hidden.<hidden>`` (a warnings filter keyed on the module a warning is
+attributed to names nothing either). Function names stay in the code objects, because
+pytest needs them (fixtures are named by ``__name__``, parametrize ids of function values
+too), and are withheld where the enclave builds what the code under test sees: frame
+views name no hidden function. The honest cost, measured against the corpus (none of the
+six libraries' suites checks a caller's name or line): a deprecation warning that names its
+caller names the alias and line 1, a caller-name helper returns ``<hidden>`` under a hidden
+test, and failure details (trusted side only) carry no line numbers for hidden frames.
+The cases ``frame_view_site_*`` and ``hidden_site_*`` in the adversarial suite key on each
+of these channels.
 
 What the armed hook refuses (each with a safety flag)
 -----------------------------------------------------
@@ -306,22 +335,20 @@ the cost of forging a *verdict* from inside it. Known gaps:
 * Hidden-test objects handed to the code under test (callbacks, generators, fixtures such
   as ``request``) expose what Python exposes without audit: a hidden callback's
   ``__globals__`` is its test module's namespace, its ``__code__`` holds constants.
-  Hidden TestCase and ``Test*`` classes are reachable through ``object.__subclasses__()``
-  and their functions' ``__code__`` carries the real file name, qualname and first line.
-* Which hidden test is calling is not a secret the enclave can keep. Frame views of
-  hidden-test frames show the file, function name, qualname and line, warnings'
-  ``stacklevel`` (resolved in C on real frames) names them, and so do tracebacks through
-  hidden frames: honest libraries need exactly this - a deprecation decorator that warns
-  at ``currentframe().f_back``'s file and line (hidden tests check
-  ``record.filename == __file__``), caller-name helpers, logging's caller info reaching a
-  handler of the code under test - and what honest code under test can read, a patch can
-  (tests/test_runner_real_code.py asserts those shapes; a view showing ``"<hidden>"``
-  broke them). A patch can therefore be right only at the graded call sites (the cases
-  ``frame_view_site_*``, kept as strict xfails); it could as well detect the grader by
-  ``"_pytest" in sys.modules``. Closed: listing the hidden directory (names of hidden
-  files), and PYTEST_CURRENT_TEST (pytest's running test id in ``os.environ``; the
-  pytest runner no longer sets it, the lean runner never did - a hidden test that reads
-  it sees it unset). A placeholder opened or stat'ed by a guessed name exists (it is empty).
+  Hidden TestCase and ``Test*`` classes are reachable through ``object.__subclasses__()``;
+  their functions' code carries the alias file name and line 1, but their ``__name__``,
+  ``__qualname__`` and ``co_name`` are the real ones (pytest names fixtures and parametrize
+  ids by them), and so is the name in a traceback through a hidden frame that reaches the
+  code under test (a hidden callback raising into it, a with-block inside a context manager
+  of the code under test): there, which hidden *function* is running can still be read,
+  never its file or line. A bytecode offset (``tb_lasti``) is not hidden either.
+* That it is being graded at all is not a secret the enclave can keep
+  (``"_pytest" in sys.modules``); which test is calling now is kept (see "Which test is
+  calling"): the directory of a hidden module stays in the alias (tests find their data
+  files through it). Closed with it: listing the hidden directory (names of hidden files),
+  and PYTEST_CURRENT_TEST (pytest's running test id in ``os.environ``; the pytest runner no
+  longer sets it, the lean runner never did - a hidden test that reads it sees it unset). A
+  placeholder opened or stat'ed by a guessed name exists (it is empty).
   The listing refusal has an honest cost: a library under test asked to list a hidden
   directory that also holds test modules (data files kept next to the tests, handed over as
   ``os.path.dirname(__file__)``) is refused and flagged; data in a directory of its own is not.
@@ -369,6 +396,13 @@ RUN_ROOT = "/tmp/rlvr-enclave/run"
 REPO = RUN_ROOT + "/repo"
 HIDDEN = RUN_ROOT + "/hidden"
 BASETEMP = RUN_ROOT + "/tmp"
+# The file name every hidden module is compiled under and sees as its ``__file__``: one name
+# for all of them, in the module's own directory (``os.path.dirname(__file__)`` still finds
+# the data files next to it, and ``record.filename == __file__`` still holds), that names no
+# hidden file. Not a possible module name, and absent on disk.
+HIDDEN_ALIAS = "<hidden>.py"
+# What views of hidden frames show for the function's name and qualname.
+HIDDEN_NAME = "<hidden>"
 
 # The runtime this module's argument is made for: the audit events, frame and code-object
 # layout, and pytest internals it relies on are those of CPython 3.11 and pytest 9.2.0
@@ -769,6 +803,22 @@ def _inject(code: types.CodeType, placeholder: str, value: object, out: list) ->
     return new
 
 
+def hidden_alias(filename: str) -> str:
+    """The file name hidden code at `filename` is compiled under and runs with as ``__file__``."""
+    return os.path.dirname(filename) + "/" + HIDDEN_ALIAS
+
+
+def _on_line_one(tree: ast.AST) -> None:
+    """Every statement and expression of a hidden module on line 1, column 0: no channel that
+    reports a hidden frame's line (a view's ``f_lineno``, a warning's stacklevel resolved in
+    C, a traceback through a hidden frame, ``__code__.co_firstlineno``) can tell the sites of
+    a hidden suite apart. Pytest orders items by definition, not by line."""
+    for node in ast.walk(tree):
+        if "lineno" in node._attributes:
+            node.lineno = node.end_lineno = 1
+            node.col_offset = node.end_col_offset = 0
+
+
 def _modname(rel: str) -> tuple[str, bool]:
     parts = rel[:-3].split("/")
     if parts[-1] == "__init__":
@@ -797,9 +847,10 @@ def compile_suite(hidden: dict[str, str], placeholder: str) -> CompiledSuite:
                 planned, classes = _plan_names(tree, text, filename)
                 suite.planned[filename] = planned
                 suite.planned_classes.update(classes)
+            _on_line_one(tree)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                code = compile(tree, filename, "exec", dont_inherit=True)
+                code = compile(tree, hidden_alias(filename), "exec", dont_inherit=True)
         except SyntaxError as exc:
             suite.errors[rel] = f"{type(exc).__name__}: {exc}"
             continue
@@ -812,8 +863,10 @@ def compile_suite(hidden: dict[str, str], placeholder: str) -> CompiledSuite:
         if name == "conftest.py":
             suite.conftests[rel] = code
         elif test_file:
-            modname, _ = _modname(rel)
-            suite.test_modules[rel] = ("rlvr_hidden." + modname, code)
+            # One module name for every hidden test module, as one file name (hidden_alias):
+            # a warnings filter keyed on the module a warning is attributed to, or a class's
+            # __module__, does not name the file either (helpers keep theirs: they are imported by it).
+            suite.test_modules[rel] = ("rlvr_hidden." + HIDDEN_NAME, code)
         else:
             modname, is_pkg = _modname(rel)
             if modname:
@@ -1143,6 +1196,9 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
     cv_set = {n: code_cls.__dict__[n].__set__ for n in code_cls.__slots__}
     builtins_dict = __import__("builtins").__dict__
     inside_dir = os.path.dirname(os.path.abspath(__file__))
+    # What a frame view shows (opaque): the frame itself, names and lines only, nothing.
+    VISIBLE, TRUSTED, HIDDEN_FRAME = 0, 1, 2
+    hidden_name = HIDDEN_NAME
     empty_ids: frozenset = frozenset()
     empty_codes: dict = {}
     tb = tb_readers or {}
@@ -1758,18 +1814,23 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
         return True
 
     def opaque(g):
-        """Whether frame `g` is one whose contents the code under test may not see: trusted
-        code (stdlib, pytest, the enclave), hidden-test code, or any code running in the
-        globals of a hidden module or of the enclave's own modules."""
+        """How much of frame `g` the code under test may see: VISIBLE (its own code), TRUSTED
+        (stdlib, pytest, the enclave: file, names and line, nothing else) or HIDDEN
+        (hidden-test code, or any code running in a hidden module's globals: not even which
+        test or line it is)."""
         cid = _id(g.f_code)
-        if cid in trusted_ids or cid in S.get("genuine", empty_ids):
-            return True
+        if cid in trusted_ids:
+            return TRUSTED
+        if cid in S.get("genuine", empty_ids):
+            return HIDDEN_FRAME
         name = _dict.get(g.f_globals, "__file__")
         if _type(name) is _str:
             hidden = S.get("hidden")
-            if (hidden and name.startswith(hidden + "/")) or name.startswith(inside_dir + "/"):
-                return True
-        return False
+            if hidden and name.startswith(hidden + "/"):
+                return HIDDEN_FRAME
+            if name.startswith(inside_dir + "/"):
+                return TRUSTED
+        return VISIBLE
 
     def view_of(g, back, hide):
         v = _new(view_cls)
@@ -1781,15 +1842,27 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 # The enclave's own sources are unreadable here: a name linecache skips
                 # (it would try the file and trip blocked_file for a stack print).
                 filename = "<rlvr-enclave>"
-            cv_set["co_filename"](c, filename)
-            cv_set["co_name"](c, _str(code.co_name))
-            cv_set["co_qualname"](c, _str(code.co_qualname))
-            cv_set["co_firstlineno"](c, code.co_firstlineno)
             glob = {}
-            for k in ("__name__", "__file__", "__package__"):
-                val = _dict.get(g.f_globals, k)
+            if hide == HIDDEN_FRAME:
+                # Which hidden test calls is not shown: the alias file name (the one its
+                # module's __file__ holds), no function name, its module's name withheld.
+                # Genuine hidden code is on line 1 already (compile_suite).
+                cv_set["co_filename"](c, filename)
+                cv_set["co_name"](c, hidden_name)
+                cv_set["co_qualname"](c, hidden_name)
+                glob["__name__"] = hidden_name
+                val = _dict.get(g.f_globals, "__file__")
                 if _type(val) is _str:
-                    glob[k] = val
+                    glob["__file__"] = val
+            else:
+                cv_set["co_filename"](c, filename)
+                cv_set["co_name"](c, _str(code.co_name))
+                cv_set["co_qualname"](c, _str(code.co_qualname))
+                for k in ("__name__", "__file__", "__package__"):
+                    val = _dict.get(g.f_globals, k)
+                    if _type(val) is _str:
+                        glob[k] = val
+            cv_set["co_firstlineno"](c, code.co_firstlineno)
             fv_set["f_code"](v, c)
             fv_set["f_lasti"](v, -1)
             fv_set["f_globals"](v, glob)
@@ -1847,10 +1920,11 @@ def make_hook(trusted_codes: list[types.CodeType], roles: dict, sha256, safe_get
                 if hit is not None and hit[0] is g and hit[1] == line and hit[2] is view:
                     view = hit[3]
                     continue
-                if not opaque(g):
-                    view = view_of(g, view, False)
+                kind = opaque(g)
+                if kind == VISIBLE:
+                    view = view_of(g, view, VISIBLE)
                     continue
-                made = view_of(g, view, True)
+                made = view_of(g, view, kind)
                 cache[key] = (g, line, view, made)
                 view = made
         finally:
@@ -2357,7 +2431,7 @@ def exec_hidden(ctx, module: types.ModuleType, code, filename: str) -> None:
     """Run hidden code (a test module, helper or conftest) in `module`; its namespace joins
     `ctx.hidden_dicts` (the run's context, or the helper finder's own list), which the
     integrity checkpoints compare. Test modules and conftests are never put in sys.modules."""
-    module.__file__ = filename
+    module.__file__ = hidden_alias(filename)
     ctx.hidden_dicts.append(module.__dict__)
     sys.audit(STEP_EVENT, "exec")  # the code under test may have run since the last checkpoint
     try:
