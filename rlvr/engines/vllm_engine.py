@@ -261,11 +261,6 @@ class Endpoint:
     failure: str = ""
     adapter: str = ""  # the LoRA adapter it serves the policy as ("" = the base model)
 
-    @property
-    def name(self) -> str:
-        """What a passport records as the sampling server."""
-        return self.base_url
-
 
 class VllmEngine:
     """TokenEngine backed by one or several vLLM servers (owned, see `launch`, or external
@@ -392,7 +387,7 @@ class VllmEngine:
                 raise VllmRequestError(f"vLLM server {ep.base_url} serves {sorted(served)}, "
                                        f"not {self.model!r}")
             roots[ep.base_url] = served[self.model]
-        self._live()  # none answered: every failure named
+        self.live_endpoints()  # none answered: every failure named
         if len(set(roots.values())) > 1:
             raise VllmUpdateError(f"the servers serve different policies: {roots}")
         if expect_root is not None and set(roots.values()) != {expect_root}:
@@ -401,7 +396,7 @@ class VllmEngine:
 
     # ---------------------------------------------------------------- HTTP
     def _post(self, path: str, body: dict, endpoint: Endpoint | None = None) -> dict:
-        ep = endpoint or self._live()[0]
+        ep = endpoint or self.live_endpoints()[0]
         attempt = 0
         with self._lock:
             ep.in_flight += 1
@@ -438,7 +433,8 @@ class VllmEngine:
             return ""
         return f"\n(server log {ep.server.log_path}):\n{ep.server.log_tail(15)}"
 
-    def _live(self) -> list[Endpoint]:
+    def live_endpoints(self) -> list[Endpoint]:
+        """The servers taking requests; none left is an error naming every server's failure."""
         live = [ep for ep in self.endpoints if ep.live]
         if not live:
             raise VllmServerError("no vLLM server left: " + "; ".join(
@@ -458,7 +454,7 @@ class VllmEngine:
         pending = list(range(len(bodies)))
         requeued = 0
         while pending:
-            self._live()  # names every failure when none is left
+            self.live_endpoints()  # names every failure when none is left
             with self._lock:
                 loads = [ep.in_flight for ep in self.endpoints]
             targets = self.router.route([prompts[i] for i in pending],
@@ -519,7 +515,7 @@ class VllmEngine:
             sample.prefill_tokens = prefill_tokens(resp, len(prompt))
             sample.extras.update(policy_version=self.policy_version,
                                  policy_step=self.policy_step, engine=self.name,
-                                 request_seed=s, server=ep.name)
+                                 request_seed=s, server=ep.base_url)
             samples.append(sample)
         self.last_stats = {
             "samples": len(samples),

@@ -397,9 +397,9 @@ class DockerSandbox:
             raise ValueError(f"sandbox: writable mount {target} without a run to bring it back")
         name = self.copies.writable(source, owner)
         volumes.append(name)
-        nested = {PurePosixPath(str(PurePosixPath(o.target))).relative_to(target)
-                  for o in mounts if _is_under(str(PurePosixPath(o.target)), target)
-                  and str(PurePosixPath(o.target)) != target}
+        others = [PurePosixPath(o.target) for o in mounts]
+        nested = {other.relative_to(target) for other in others
+                  if _is_under(str(other), target) and str(other) != target}
         copy_backs.append((target, source, nested))
         return docker.types.Mount(target, name, type="volume", read_only=False)
 

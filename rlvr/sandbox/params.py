@@ -6,6 +6,7 @@ from typing import Literal
 
 from rlvr.errors import ConfigError
 from rlvr.sandbox.base import Limits
+from rlvr.sandbox.docker_client import check_address  # the docker SDK itself loads only for a client
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,6 @@ class SandboxParams:
         if len(set(self.docker_hosts)) != len(self.docker_hosts):
             raise ConfigError(f"sandbox.docker_hosts: a host is listed twice {list(self.docker_hosts)}")
         for i, host in enumerate(self.docker_hosts):
-            # lazy: docker_client's checks import nothing heavy, but the docker SDK is only
-            # needed (and only imported) when a client is really made
-            from rlvr.sandbox.docker_client import check_address
-
             check_address(host, self.docker_tls_dir or None, where=f"sandbox.docker_hosts[{i}]")
 
     def options(self) -> dict:

@@ -126,9 +126,7 @@ class RolloutWorkers:
 
     def _policy(self) -> tuple[list[str], str, str, int, str | None]:
         """The live servers and the policy they serve now (its directory when owned)."""
-        live = [ep for ep in self.sampler.endpoints if ep.live]
-        if not live:
-            self.sampler._live()  # raises, naming every server's failure
+        live = self.sampler.live_endpoints()  # none left: raises, naming every server's failure
         owned = live[0].server
         root = (str(owned.model_dir) if owned is not None and owned.params.update == "restart"
                 else None)
