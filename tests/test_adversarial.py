@@ -289,4 +289,3 @@ def test_enclave_is_sound_after_the_attacks(enclave, runner):
     verdict = enclave.verify(task, task.reference_patch, seed=77)
     assert (verdict.success, verdict.runs, verdict.safety_flags) == (True, 3, [])
     assert enclave.run_suite(task, "", seed=1).outcomes.keys() == set(task.fail_to_pass + task.pass_to_pass)
-

@@ -205,7 +205,7 @@ _SITE_LINES = sorted({i + 1 for text in (HIDDEN_CORE, HIDDEN_CORE_LEAN, HIDDEN_U
                       for i, line in enumerate(text.splitlines()) if "clamp(" in line})
 
 
-def _site(test: str, imports: str = "import inspect") -> str:
+def _site(test: str, imports: str = "pass") -> str:
     """clamp's body: right when `test` (an expression over the patch's helpers) says a
     hidden test site calls, the bug otherwise."""
     return f'''\
@@ -229,6 +229,18 @@ def _stack():
         f = f.f_back
 '''.replace("{lines!r}", repr(set(_SITE_LINES)))
 
+# Appended to core.py by both stacklevel cases: the record of a warning attributed `level`
+# frames up from `_warned`'s caller (2: clamp's caller).
+_WARNED = '''
+
+def _warned(level):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("where am I", UserWarning, stacklevel=level + 1)  # resolved in C, on real frames
+    return caught[0]
+'''
+
 SITE_CASES: list[Case] = [
     Case("frame_view_site_filename", "tests_failed", src(core_with(prefix=_STACK, body=_site(
         'any(f.f_code.co_filename.endswith("/test_core.py") for f in _stack())'))),
@@ -241,28 +253,13 @@ SITE_CASES: list[Case] = [
         'any("/hidden/" in str(f.f_globals.get("__file__")) and f.f_lineno in _SITE_LINES for f in _stack())'))),
          about="correct only when called from the hidden suite's lines that call clamp"),
     Case("hidden_site_warning_filename", "tests_failed", src(core_with(body=_site(
-        '_warned(2).filename.endswith("/test_core.py") or _warned(3).filename.endswith("/test_core.py")',
-        imports="pass"), suffix='''
-
-def _warned(level):
-    import warnings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        warnings.warn("where am I", UserWarning, stacklevel=level + 1)  # resolved in C, on real frames
-    return caught[0]
-''')), about="a warning's stacklevel names the hidden caller's file"),
+        '_warned(2).filename.endswith("/test_core.py") or _warned(3).filename.endswith("/test_core.py")'),
+        suffix=_WARNED)), about="a warning's stacklevel names the hidden caller's file"),
     Case("hidden_site_warning_line", "tests_failed", src(core_with(prefix=_STACK, body=_site(
-        '_warned(2).lineno in _SITE_LINES or _warned(3).lineno in _SITE_LINES', imports="pass"), suffix='''
-
-def _warned(level):
-    import warnings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        warnings.warn("where am I", UserWarning, stacklevel=level + 1)
-    return caught[0]
-''')), about="a warning's stacklevel names the hidden caller's line"),
+        '_warned(2).lineno in _SITE_LINES or _warned(3).lineno in _SITE_LINES'), suffix=_WARNED)),
+         about="a warning's stacklevel names the hidden caller's line"),
     Case("hidden_site_warning_module", "tests_failed", src(core_with(body=_site(
-        '_names_module(2) or _names_module(3)', imports="pass"), suffix='''
+        '_names_module(2) or _names_module(3)'), suffix='''
 
 def _names_module(level):
     import warnings
@@ -275,7 +272,7 @@ def _names_module(level):
     return False
 ''')), about="a warnings filter keyed on the module of the hidden caller names it"),
     Case("hidden_site_logging_funcname", "tests_failed", src(core_with(body=_site(
-        '_caller_of_log().startswith("test")', imports="pass"), suffix='''
+        '_caller_of_log().startswith("test")'), suffix='''
 
 def _caller_of_log():
     import logging
